@@ -1,0 +1,190 @@
+"""The audit: read every source, key every record, match, and report (SPEC section 5)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+from leakcheck_spark import match, outputs, report
+from leakcheck_spark.errors import LeakcheckError, from_spark_exception
+from leakcheck_spark.normalize import with_keys
+from leakcheck_spark.options import Options, Source
+from leakcheck_spark.sources import read_records
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("leakcheck_spark")
+
+
+class Timer:
+    """Stage timings for report.json, and one progress line per stage on the log."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._t = time.monotonic()
+
+    def lap(self, stage: str, message: str) -> None:
+        now = time.monotonic()
+        self.timings[stage] = round(now - self._t, 3)
+        log.info("%s (%.1f s)", message, now - self._t)
+        self._t = now
+
+
+def spark_action(fn):  # noqa: ANN001, ANN201 - a decorator
+    """Run a function that triggers Spark actions, turning Spark's errors on bad input into
+    LeakcheckErrors (a corrupt file found late is still a one-line error, not a traceback)."""
+
+    def wrapped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        try:
+            return fn(*args, **kwargs)
+        except LeakcheckError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - translated or re-raised
+            err = from_spark_exception(exc)
+            if err is None:
+                raise
+            raise err from None
+
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+@dataclass
+class AuditResult:
+    """What an audit found.  Matrices are plain dicts; overlaps and conflicts are DataFrames."""
+
+    sources: list[Source]
+    options: Options
+    groups: dict[str, dict]
+    split_matrix: dict[str, dict[str, dict]]
+    dataset_matrix: dict[str, dict[str, dict]]
+    overlaps: DataFrame
+    label_conflicts: DataFrame
+    overlap_count: int
+    overlap_sample: list[dict]
+    conflict_count: int
+    conflict_sample: list[dict]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """The report.json object (schema ``leakcheck-spark/report/v1``)."""
+        return {
+            "schema": report.SCHEMA,
+            "command": "audit",
+            "options": {**self.options.to_dict(), "sources": [s.to_dict() for s in self.sources]},
+            "groups": self.groups,
+            "split_matrix": self.split_matrix,
+            "dataset_matrix": self.dataset_matrix,
+            "overlaps": {"count": self.overlap_count, "sample": self.overlap_sample},
+            "label_conflicts": {"count": self.conflict_count, "sample": self.conflict_sample},
+            "timings": self.timings,
+        }
+
+    @property
+    def cross_group_overlap(self) -> bool:
+        """True if any record matches a record of another group."""
+        return self.overlap_count > 0
+
+    @spark_action
+    def write(self, out_dir: str, fmt: str | None = None) -> None:
+        """Write the ``--out-dir`` layout: report.json, overlaps/, label_conflicts/.
+
+        Everything goes to a staging directory first, so a failure leaves no partial out_dir.
+        """
+        fmt = fmt or self.options.format
+        spark = self.overlaps.sparkSession
+        t = time.monotonic()
+        with outputs.staged(spark, out_dir) as tmp:
+            outputs.write_table(self.overlaps.orderBy("from", "to", "id"), f"{tmp}/overlaps", fmt)
+            outputs.write_table(self.label_conflicts.orderBy("key"), f"{tmp}/label_conflicts", fmt)
+            self.timings["write"] = round(time.monotonic() - t, 3)
+            outputs.write_json_file(spark, f"{tmp}/report.json", self.to_dict())
+        log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)
+
+
+@spark_action
+def audit(sources: Sequence[Source], options: Options | None = None,
+          spark: SparkSession | None = None) -> AuditResult:
+    """Audit `sources` for leakage (SPEC section 5).
+
+    Args:
+        sources: the datasets to read; groups are ``NAME/SPLIT``.
+        options: matching options (default: whitespace normaliser).
+        spark: a session; None gets the active one or builds a local one.
+
+    Raises:
+        LeakcheckError: on bad input (SPEC section 9).
+    """
+    from pyspark import StorageLevel
+
+    from leakcheck_spark.session import get_session
+
+    options = options or Options()
+    spark = spark or get_session()
+    sources = list(sources)
+    timer = Timer()
+    records, _, _ = read_records(spark, sources, options)
+    records = records.transform(
+        lambda df: with_keys(df, options.normalizer, options.lang, options.max_chars)
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        groups, dataset_of = group_stats(records)
+        n = sum(g["records"] for g in groups.values())
+        timer.lap("read", f"read {len(sources)} sources: {n:,} records in {len(groups)} groups")
+        kg = match.key_groups(records)
+        reached = match.reach(kg, match.exact_edges(kg)).persist(StorageLevel.MEMORY_AND_DISK)
+        split_m, dataset_m = matrices(groups, dataset_of, reached)
+        timer.lap("matrices", "matrices: split x split and dataset x dataset")
+        overlaps = match.overlaps(records, reached)
+        overlap_count = overlaps.count()
+        overlap_sample = _sample(overlaps, ("from", "to", "id"))
+        timer.lap("overlaps", f"overlaps: {overlap_count:,} (record, other group) pairs")
+        conflicts = match.label_conflicts(records)
+        conflict_count = conflicts.count()
+        conflict_sample = _sample(conflicts, ("key",))
+        timer.lap("label_conflicts", f"label conflicts: {conflict_count:,}")
+    except BaseException:
+        records.unpersist()
+        raise
+    return AuditResult(
+        sources, options, groups, split_m, dataset_m, overlaps, conflicts,
+        overlap_count, overlap_sample, conflict_count, conflict_sample, timer.timings,
+    )
+
+
+def group_stats(records: DataFrame) -> tuple[dict[str, dict], dict[str, str]]:
+    """``{group: {"records", "empty"}}`` sorted by group name, and each group's dataset."""
+    import pyspark.sql.functions as F
+
+    rows = records.groupBy("group", "dataset").agg(
+        F.count(F.lit(1)).alias("records"),
+        F.sum(F.col("key").isNull().cast("long")).alias("empty"),
+    ).collect()
+    rows = sorted(rows, key=lambda r: r.group)
+    return ({r.group: {"records": r.records, "empty": int(r.empty)} for r in rows},
+            {r.group: r.dataset for r in rows})
+
+
+def matrices(groups: dict[str, dict], dataset_of: dict[str, str],
+             reached: DataFrame) -> tuple[dict, dict]:
+    """The split x split and dataset x dataset matrices (full, zeros included)."""
+    names = list(groups)
+    totals = {g: v["records"] for g, v in groups.items()}
+    split_m = report.matrix(names, totals, [
+        (r.group, r.to_group, r["count"]) for r in match.split_counts(reached).collect()
+    ])
+    datasets = sorted(set(dataset_of.values()))
+    ds_totals = {d: sum(v["records"] for g, v in groups.items() if dataset_of[g] == d)
+                 for d in datasets}
+    dataset_m = report.matrix(datasets, ds_totals, [
+        (r.dataset, r.to_dataset, r["count"]) for r in match.dataset_counts(reached).collect()
+    ])
+    return split_m, dataset_m
+
+
+def _sample(df: DataFrame, order: tuple[str, ...]) -> list[dict]:
+    return [report.jsonable(r) for r in df.orderBy(*order).limit(report.SAMPLE_ROWS).collect()]

@@ -1,0 +1,247 @@
+"""clean: a copy of a test split without its leaked records (SPEC section 6).
+
+Every test record gets a decision: kept, or dropped with one reason -- ``against`` (it matches a
+record of an --against source), ``duplicate`` (``--dedup``: an earlier record of the test split has
+the same text) or ``conflict`` (``--drop-conflicts``: its text occurs anywhere with a different
+label) -- in that order of precedence, with the ids that caused it.  Kept rows are written back as
+they were read: the raw line for line formats (byte-identical), the original columns for tables.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+from leakcheck_spark import errors, match, outputs
+from leakcheck_spark.audit import Timer, spark_action
+from leakcheck_spark.errors import LeakcheckError
+from leakcheck_spark.normalize import with_keys
+from leakcheck_spark.options import Options, Source
+from leakcheck_spark.sources import LINE_FORMATS, number_rows, read_source, scan
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("leakcheck_spark")
+
+REASONS = ("against", "duplicate", "conflict")
+# --out endings written as one file, and their (format, compression).
+SINGLE_FILE = {
+    ".jsonl": ("jsonl", None), ".jsonl.gz": ("jsonl", "gzip"), ".ndjson": ("jsonl", None),
+    ".csv": ("csv", None), ".csv.gz": ("csv", "gzip"), ".parquet": ("parquet", None),
+}
+
+
+@dataclass
+class CleanResult:
+    """The decisions of a clean.  `rows` holds every test row with `reason` (null = kept)."""
+
+    test: Source
+    options: Options
+    input_format: str
+    rows: DataFrame
+    original_columns: list[str]
+    counts: dict[str, int]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kept(self) -> DataFrame:
+        """The kept rows, in input order, with `row` and `id`."""
+        import pyspark.sql.functions as F
+
+        return self.rows.where(F.col("reason").isNull()).orderBy("row")
+
+    @property
+    def dropped(self) -> DataFrame:
+        """(row, id, reason, match_ids) of every dropped record, in input order."""
+        import pyspark.sql.functions as F
+
+        return (self.rows.where(F.col("reason").isNotNull())
+                .select("row", "id", "reason", "match_ids").orderBy("row"))
+
+    def summary(self) -> str:
+        c = self.counts
+        reasons = ", ".join(f"{r} {c[r]:,}" for r in REASONS if c[r])
+        return f"kept {c['kept']:,}, dropped {c['dropped']:,}" + (f" ({reasons})" if reasons else "")
+
+    @spark_action
+    def write(self, out: str) -> None:
+        """Write the kept rows to `out`: one file for .jsonl/.csv/.parquet (optionally .gz for
+        the text formats), else a directory of part files in ``--format``."""
+        write_rows(self, out)
+
+    @spark_action
+    def write_report(self, path: str) -> None:
+        """Write the --report JSON: counts, and every dropped id with its reason and match ids."""
+        head = {"schema": "leakcheck-spark/clean-report/v1", "test": self.test.label,
+                "options": self.options.to_dict(), **self.counts}
+        if not outputs.is_local(path):
+            dropped = [_drop_entry(r) for r in self.dropped.collect()]
+            outputs.write_json_file(self.rows.sparkSession, path, {**head, "dropped_records": dropped})
+            return
+        # Streamed, so a large drop list never sits whole in driver memory.
+        spark = self.rows.sparkSession
+        with outputs.staged(spark, path) as tmp:
+            with open(outputs.local_path(tmp), "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "dropped_records": [')
+                for i, r in enumerate(self.dropped.toLocalIterator()):
+                    fh.write(("," if i else "") + "\n  " + json.dumps(_drop_entry(r), ensure_ascii=False))
+                fh.write("\n]}\n")
+
+
+def _drop_entry(r) -> dict:  # noqa: ANN001 - a Row
+    return {"id": r.id, "reason": r.reason, "match_ids": list(r.match_ids or [])}
+
+
+@spark_action
+def clean(test: Source, against: Sequence[Source], options: Options | None = None,
+          dedup: bool = False, drop_conflicts: bool = False,
+          spark: SparkSession | None = None) -> CleanResult:
+    """Decide which records of `test` to keep (SPEC section 6).
+
+    Raises:
+        LeakcheckError: on bad input (SPEC section 9).
+    """
+    from pyspark import StorageLevel
+
+    from leakcheck_spark.session import get_session
+
+    options = options or Options()
+    spark = spark or get_session()
+    timer = Timer()
+    test_frame = read_source(spark, test, 0, keep_raw=True)
+    formats = [fmt for fmt, _ in test_frame.parts]
+    if len(formats) != 1:
+        raise LeakcheckError(errors.USAGE, f"the test source {test.label} mixes formats "
+                             f"({', '.join(formats)})", "give clean a test source of one format")
+    frames = [test_frame] + [read_source(spark, s, i + 1) for i, s in enumerate(against)]
+    blocks = scan(spark, frames, options)
+    keyed = lambda df: with_keys(df, options.normalizer, options.lang, options.max_chars)  # noqa: E731
+    test_rows = number_rows(spark, test_frame, blocks, extra=("raw", "originals")).transform(keyed)
+    test_rows = test_rows.persist(StorageLevel.MEMORY_AND_DISK)
+    others = None
+    for frame in frames[1:]:
+        df = number_rows(spark, frame, blocks).transform(keyed)
+        others = df if others is None else others.unionByName(df)
+    timer.lap("read", f"read {len(frames)} sources")
+    decided = decide(test_rows, others, dedup, drop_conflicts).persist(StorageLevel.MEMORY_AND_DISK)
+    counts = {r: 0 for r in REASONS}
+    total = 0
+    for r in decided.groupBy("reason").count().collect():
+        total += r["count"]
+        if r.reason is not None:
+            counts[r.reason] = r["count"]
+    dropped = sum(counts.values())
+    counts = {"kept": total - dropped, "dropped": dropped, **counts}
+    timer.lap("decide", f"clean {test.label}: kept {counts['kept']:,}, dropped {dropped:,}")
+    test_rows.unpersist()
+    return CleanResult(test, options, formats[0], decided,
+                       test_frame.original_columns.get(formats[0], []), counts, timer.timings)
+
+
+def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
+           drop_conflicts: bool) -> DataFrame:
+    """Stage: add `reason` (null = kept) and `match_ids` to every test record.
+
+    Args:
+        test: keyed test records (RECORD_COLUMNS + key + anything to carry along).
+        against: keyed records of the --against sources, or None.
+    """
+    import pyspark.sql.functions as F
+
+    null_ids = F.lit(None).cast(f"array<{dict(test.dtypes)['id']}>")
+    df = test
+    nonempty = F.col("key").isNotNull()
+    # against: the 5 smallest ids of --against records with the same key.
+    if against is not None:
+        hits = match.smallest_ids(against, by=("key",)).withColumnRenamed("ids", "_against")
+        df = df.join(hits, "key", "left")
+    else:
+        df = df.withColumn("_against", null_ids)
+    # duplicate: an earlier test record (input order) with the same key.
+    first = (test.where(nonempty).groupBy("key")
+             .agg(F.min("row").alias("_first_row"), F.min_by("id", "row").alias("_first_id")))
+    df = df.join(first, "key", "left")
+    is_dup = F.lit(dedup) & nonempty & (F.col("row") > F.col("_first_row"))
+    # conflict: the key carries a canonical label other than this record's own.
+    if drop_conflicts:
+        everything = test.select("key", "id", "label_canon")
+        if against is not None:
+            everything = everything.unionByName(against.select("key", "id", "label_canon"))
+        labelled = everything.where(nonempty & F.col("label_canon").isNotNull())
+        per_label = match.smallest_ids(labelled, by=("key", "label_canon")).select(
+            "key", F.col("label_canon").alias("_other_label"), "ids")
+        n_labels = labelled.groupBy("key").agg(F.count_distinct("label_canon").alias("_n_labels"))
+        own = test.select("row", "key", "label_canon").where(nonempty).join(per_label, "key")
+        other = ~F.col("_other_label").eqNullSafe(F.col("label_canon"))
+        conflicts = (
+            own.join(n_labels, "key")
+            .where(other & (F.col("label_canon").isNotNull() | (F.col("_n_labels") > 1)))
+            .groupBy("row")
+            .agg(F.slice(F.array_sort(F.flatten(F.collect_list("ids"))), 1, 5).alias("_conflict"))
+        )
+        df = df.join(conflicts, "row", "left")
+    else:
+        df = df.withColumn("_conflict", null_ids)
+    reason = (
+        F.when(F.col("_against").isNotNull(), F.lit("against"))
+        .when(is_dup, F.lit("duplicate"))
+        .when(F.col("_conflict").isNotNull(), F.lit("conflict"))
+    )
+    ids = (
+        F.when(F.col("_against").isNotNull(), F.col("_against"))
+        .when(is_dup, F.array(F.col("_first_id")))
+        .when(F.col("_conflict").isNotNull(), F.col("_conflict"))
+    )
+    return df.withColumn("reason", reason).withColumn("match_ids", ids).drop(
+        "_against", "_first_row", "_first_id", "_conflict")
+
+
+def write_rows(result: CleanResult, out: str) -> None:
+    """Write the kept rows of a clean, as read (see :meth:`CleanResult.write`)."""
+    spark = result.rows.sparkSession
+    t = time.monotonic()
+    low = out.lower()
+    single = next((v for ext, v in SINGLE_FILE.items() if low.endswith(ext)), None)
+    kept = result.kept
+    line_origin = result.input_format in LINE_FORMATS or result.input_format == "json"
+    if single is not None:
+        fmt, compression = single
+        ordered = kept.repartition(1).sortWithinPartitions("row")
+        if line_origin and fmt == "jsonl" and result.input_format != "txt":
+            outputs.write_single_file(spark, ordered.select("raw"), out, fmt, compression, "raw")
+        else:
+            table = _as_table(spark, result, ordered)
+            outputs.write_single_file(spark, table, out, "json" if fmt == "jsonl" else fmt,
+                                      compression)
+    else:
+        with outputs.staged(spark, out) as tmp:
+            if line_origin and result.options.format == "json" and result.input_format != "txt":
+                kept.select("raw").write.text(outputs.spark_uri(tmp))
+            else:
+                outputs.write_table(_as_table(spark, result, kept), tmp, result.options.format)
+    log.info("wrote %s (%.1f s)", out, time.monotonic() - t)
+
+
+def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame) -> DataFrame:
+    """The kept rows as columns: a table's own columns, or the JSON objects of a line format
+    (parsed by Spark's JSON reader from the raw lines, written aside first)."""
+    import pyspark.sql.functions as F
+
+    if result.input_format == "txt":
+        return kept.select(F.col("raw").alias("text"))
+    if result.input_format not in LINE_FORMATS and result.input_format != "json":
+        return kept.select(*[F.col(f"`{c}`") for c in result.original_columns])
+    aside = os.path.join(outputs.local_path(_scratch(spark)), f"lc-json-{time.time_ns()}")
+    kept.select("raw").write.text(outputs.spark_uri(aside))
+    return spark.read.json(outputs.spark_uri(aside))
+
+
+def _scratch(spark: SparkSession) -> str:
+    import tempfile
+
+    return tempfile.gettempdir()

@@ -1,0 +1,249 @@
+"""Command line: parse flags into Sources and Options, run, print, exit.
+
+The only module that prints and chooses exit codes: 0 success, 1 a requested failure condition
+(``--fail-on-overlap``), 2 an error (one line ``leakcheck-spark: error [CODE]: message (hint:
+...)`` on stderr, or ``{"error": {...}}`` with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Sequence
+
+from leakcheck_spark import __version__, errors
+from leakcheck_spark.errors import LeakcheckError
+from leakcheck_spark.options import FORMATS, Options, Source
+from leakcheck_spark.normalize import LANGS, NORMALIZERS
+
+PROG = "leakcheck-spark"
+LATER = {
+    "resplit": "leak-free split reassignment",
+    "images": "near-duplicate images",
+    "fingerprint": "dataset fingerprints",
+    "check": "eval contamination checks",
+}
+OVERRIDE_KEYS = ("text", "label", "split", "id", "config", "hf_split")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises LC_E_USAGE instead of printing usage and exiting 2 itself."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise LeakcheckError(errors.USAGE, message, f"run '{PROG} {self._cmd} --help'")
+
+    @property
+    def _cmd(self) -> str:
+        return self.prog.split()[-1] if " " in self.prog else ""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    top = _Parser(prog=PROG, allow_abbrev=False,
+                  description="Audit train/test leakage within and across ML datasets, on Spark.")
+    top.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group("fields")
+        g.add_argument("--text-field", metavar="F", help="field holding the text (not for .txt)")
+        g.add_argument("--label-field", metavar="F", help="field holding the label")
+        g.add_argument("--split-field", metavar="F", help="field holding the split")
+        g.add_argument("--id-field", metavar="F", help="field holding the id (default: row index)")
+        g.add_argument("-o", dest="overrides", action="append", default=[],
+                       metavar="NAME.KEY=VALUE",
+                       help=f"per-dataset field override; KEY = {'|'.join(OVERRIDE_KEYS)}")
+        m = p.add_argument_group("matching")
+        m.add_argument("--normalizer", choices=NORMALIZERS, default="whitespace")
+        m.add_argument("--lang", choices=LANGS, default="c")
+        m.add_argument("--max-chars", type=int, metavar="N", help="truncate texts to N characters")
+        m.add_argument("--near", action="store_true", help="also match near-duplicates")
+        m.add_argument("--threshold", type=float, default=0.8, metavar="T")
+        m.add_argument("--shingle", type=int, default=5, metavar="K")
+        m.add_argument("--num-perm", type=int, default=128, metavar="P")
+        m.add_argument("--max-rows", type=int, default=0, metavar="N",
+                       help="read at most N rows per source (0 = all)")
+        o = p.add_argument_group("output")
+        o.add_argument("--format", choices=FORMATS, default="parquet",
+                       help="format of list outputs (default parquet)")
+        o.add_argument("--json", metavar="FILE|-", help="write the report as JSON (- = stdout)")
+        o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+        s = p.add_argument_group("spark")
+        s.add_argument("--master", metavar="URL", help="Spark master (default: local[*])")
+        s.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                       help="a Spark setting (repeatable)")
+
+    a = sub.add_parser("audit", allow_abbrev=False, help="overlap matrices, overlaps, conflicts")
+    a.add_argument("-d", dest="datasets", action="append", default=[], metavar="NAME[:SPLIT]=SRC",
+                   help="a dataset source (repeatable)")
+    a.add_argument("--out-dir", metavar="DIR", help="write report.json, overlaps/, label_conflicts/")
+    a.add_argument("--fail-on-overlap", action="store_true",
+                   help="exit 1 if any cross-group overlap exists")
+    common(a)
+
+    c = sub.add_parser("clean", allow_abbrev=False, help="a test split without leaked records")
+    c.add_argument("--test", required=True, metavar="NAME[:SPLIT]=SRC", help="the split to clean")
+    c.add_argument("--against", action="append", default=[], metavar="NAME[:SPLIT]=SRC",
+                   help="drop test records found here (repeatable)")
+    c.add_argument("--out", required=True, metavar="PATH",
+                   help="one file for .jsonl/.csv/.parquet (.gz for text), else a directory")
+    c.add_argument("--report", metavar="FILE", help="JSON list of every dropped id and why")
+    c.add_argument("--dedup", action="store_true", help="also drop repeats inside the test split")
+    c.add_argument("--drop-conflicts", action="store_true",
+                   help="also drop test records whose text carries another label elsewhere")
+    common(c)
+
+    for name, what in LATER.items():
+        later = sub.add_parser(name, allow_abbrev=False, help=f"{what} (not available yet)")
+        later.add_argument("rest", nargs=argparse.REMAINDER)
+    return top
+
+
+def parse_source(spec: str, args: argparse.Namespace) -> Source:
+    """``NAME[:SPLIT]=SOURCE`` plus the field flags, into a Source (overrides applied later)."""
+    left, eq, path = spec.partition("=")
+    if not eq or not left or not path:
+        raise LeakcheckError(errors.BAD_SPEC, f"bad dataset spec {spec!r}",
+                             "write -d NAME[:SPLIT]=SOURCE, e.g. -d primevul:train=train.jsonl")
+    name, _, split = left.partition(":")
+    if ":" in left and not split:
+        raise LeakcheckError(errors.BAD_SPEC, f"empty split in dataset spec {spec!r}")
+    return Source(name, path, split=split or None, text_field=args.text_field,
+                  label_field=args.label_field, split_field=args.split_field,
+                  id_field=args.id_field)
+
+
+def apply_overrides(sources: list[Source], overrides: Sequence[str]) -> list[Source]:
+    """Apply ``-o NAME.KEY=VALUE`` to the sources of dataset NAME (empty VALUE: field off)."""
+    import dataclasses
+
+    names = {s.name for s in sources}
+    fields = {"text": "text_field", "label": "label_field", "split": "split_field",
+              "id": "id_field", "config": "config", "hf_split": "hf_split"}
+    for item in overrides:
+        target, eq, value = item.partition("=")
+        name, dot, key = target.rpartition(".")
+        if not eq or not dot or not name:
+            raise LeakcheckError(errors.BAD_SPEC, f"bad override {item!r}",
+                                 "write -o NAME.KEY=VALUE, e.g. -o primevul.id=idx")
+        if key not in fields:
+            raise LeakcheckError(errors.BAD_SPEC, f"unknown key {key!r} in -o {item}",
+                                 f"KEY is one of {', '.join(OVERRIDE_KEYS)}")
+        if name not in names:
+            raise LeakcheckError(errors.BAD_SPEC, f"-o {item} names dataset {name!r}, which was "
+                                 "not given", f"datasets given: {', '.join(sorted(names))}")
+        sources = [dataclasses.replace(s, **{fields[key]: value or None}) if s.name == name else s
+                   for s in sources]
+    return sources
+
+
+def build_options(args: argparse.Namespace) -> Options:
+    return Options(normalizer=args.normalizer, lang=args.lang, max_chars=args.max_chars,
+                   near=args.near, threshold=args.threshold, shingle=args.shingle,
+                   num_perm=args.num_perm, max_rows=args.max_rows, format=args.format)
+
+
+def _conf_pairs(items: Sequence[str]) -> list[tuple[str, str]]:
+    pairs = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise LeakcheckError(errors.USAGE, f"bad --conf {item!r}", "write --conf KEY=VALUE")
+        pairs.append((key.strip(), value))
+    return pairs
+
+
+def _emit_json(target: str, obj: dict) -> None:
+    text = json.dumps(obj, indent=2, ensure_ascii=False)
+    if target == "-":
+        print(text)
+    else:
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed command; returns the exit code.  Raises LeakcheckError."""
+    from leakcheck_spark.session import get_session
+
+    if args.command in LATER:
+        raise LeakcheckError(errors.USAGE, f"'{args.command}' ({LATER[args.command]}) is not "
+                             "available yet in this version", "use 'audit' or 'clean'")
+    options = build_options(args)
+    if args.command == "audit":
+        if not args.datasets:
+            raise LeakcheckError(errors.USAGE, "audit needs at least one -d NAME[:SPLIT]=SOURCE")
+        sources = apply_overrides([parse_source(d, args) for d in args.datasets], args.overrides)
+    else:
+        specs = [args.test, *args.against]
+        sources = apply_overrides([parse_source(d, args) for d in specs], args.overrides)
+    spark = get_session(args.master, _conf_pairs(args.conf))
+    if args.command == "audit":
+        from leakcheck_spark.audit import audit
+
+        result = audit(sources, options, spark=spark)
+        if args.out_dir:
+            result.write(args.out_dir)
+        report = result.to_dict()
+        if args.json:
+            _emit_json(args.json, report)
+        if args.json != "-":
+            from leakcheck_spark.report import render
+
+            print(render(report))
+        return 1 if args.fail_on_overlap and result.cross_group_overlap else 0
+    from leakcheck_spark.clean import clean
+
+    result = clean(sources[0], sources[1:], options, dedup=args.dedup,
+                   drop_conflicts=args.drop_conflicts, spark=spark)
+    result.write(args.out)
+    if args.report:
+        result.write_report(args.report)
+    if args.json:
+        _emit_json(args.json, {"schema": "leakcheck-spark/clean/v1", "out": args.out,
+                               **result.counts})
+    line = f"{sources[0].label}: {result.summary()} -> {args.out}"
+    print(line, file=sys.stderr if args.json == "-" else sys.stdout)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script, ``python -m leakcheck_spark`` and ``jobs/*.py``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
+    log = logging.getLogger("leakcheck_spark")
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().print_help(sys.stderr)
+            raise LeakcheckError(errors.USAGE, "no command given",
+                                 "commands: audit, clean, resplit, images, fingerprint, check")
+        log.addHandler(handler)
+        log.setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
+        return run(args)
+    except LeakcheckError as err:
+        _print_error(err, as_json)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: never a stack trace
+        err = errors.from_spark_exception(exc) or LeakcheckError(
+            errors.IO, f"unexpected failure: {type(exc).__name__}: "
+            f"{(str(exc).strip().splitlines() or [''])[0][:300]}",
+            "this looks like a bug in leakcheck-spark; please report it with the command line",
+        )
+        _print_error(err, as_json)
+        return 2
+    finally:
+        log.removeHandler(handler)
+
+
+def _print_error(err: LeakcheckError, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(err.to_dict(), ensure_ascii=False), file=sys.stderr)
+    else:
+        print(err.line(), file=sys.stderr)

@@ -1,0 +1,117 @@
+"""One exception type for every failure a user can cause, and its mapping from Spark errors.
+
+The library raises :class:`LeakcheckError`; only the CLI edge prints it and exits 2.  Bad rows
+are found inside Spark tasks, where raising would surface as a Py4J traceback, so the parse
+stages record a row's problem in a column (:func:`encode_row_error`) and the driver raises the
+first one in read order (:func:`decode_row_error`).  Failures Spark raises itself (a path that
+does not exist, a corrupt gzip or parquet file) are translated by :func:`from_spark_exception`.
+"""
+
+from __future__ import annotations
+
+import re
+
+EMPTY_INPUT = "LC_E_EMPTY_INPUT"
+BAD_VALUE = "LC_E_BAD_VALUE"
+MISSING_FIELD = "LC_E_MISSING_FIELD"
+BAD_SPEC = "LC_E_BAD_SPEC"
+BAD_FORMAT = "LC_E_BAD_FORMAT"
+IO = "LC_E_IO"
+USAGE = "LC_E_USAGE"
+CODES = (EMPTY_INPUT, BAD_VALUE, MISSING_FIELD, BAD_SPEC, BAD_FORMAT, IO, USAGE)
+
+_HINTS = {
+    EMPTY_INPUT: "give a source with at least one record",
+    BAD_VALUE: "the text field must hold strings (or null)",
+    MISSING_FIELD: "check the field flags (--text-field, --id-field, ...) against the data",
+    BAD_SPEC: "datasets are given as -d NAME[:SPLIT]=SOURCE; -o NAME.KEY=VALUE names one of them",
+    BAD_FORMAT: "inputs are .jsonl/.ndjson, .json (a list of objects), .csv, .parquet or .txt, "
+    "optionally .gz",
+    IO: "check that the path exists and is readable",
+    USAGE: "run 'leakcheck-spark --help' for the commands and flags",
+}
+
+
+class LeakcheckError(Exception):
+    """A user-facing failure: a code of SPEC section 9, a message and a hint."""
+
+    def __init__(self, code: str, message: str, hint: str | None = None) -> None:
+        if code not in CODES:
+            raise ValueError(f"unknown error code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.hint = hint or _HINTS[code]
+
+    def line(self) -> str:
+        """The one-line form printed to stderr."""
+        return f"leakcheck-spark: error [{self.code}]: {self.message} (hint: {self.hint})"
+
+    def to_dict(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message, "hint": self.hint}}
+
+
+# A row error travels through Spark as one string column: "CODE\x1fmessage".
+_SEP = "\x1f"
+
+
+def encode_row_error(code: str, message: str) -> str:
+    """Encode a per-row problem for the `_err` column of a parse stage."""
+    return f"{code}{_SEP}{message}"
+
+
+def decode_row_error(value: str) -> LeakcheckError:
+    """Turn an `_err` column value back into the exception to raise on the driver."""
+    code, _, message = value.partition(_SEP)
+    return LeakcheckError(code, message)
+
+
+_PATH_NOT_FOUND = re.compile(r"Path does not exist: (\S+?)\.?(?: SQLSTATE|$)", re.M)
+_READ_FILE = re.compile(r"Encountered error while reading file (\S+?)\.?\s", re.M)
+
+
+def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
+    """Translate an exception raised by a Spark action into a LeakcheckError, if it is one of ours.
+
+    Returns None when the exception is not recognised (a genuine bug: let it propagate).
+    """
+    text = str(exc)
+    m = re.search(r"\[(LC_E_[A-Z_]+)\] (.*)", text)
+    if m and m.group(1) in CODES:
+        return LeakcheckError(m.group(1), m.group(2).strip())
+    m = _PATH_NOT_FOUND.search(text)
+    if m:
+        return LeakcheckError(IO, f"no such file or directory: {_local(m.group(1))}")
+    m = _READ_FILE.search(text)
+    if m:
+        cause = _cause(text)
+        return LeakcheckError(
+            BAD_FORMAT, f"cannot read {_local(m.group(1))}" + (f": {cause}" if cause else "")
+        )
+    if "PATH_NOT_FOUND" in text or "FileNotFoundException" in text:
+        return LeakcheckError(IO, _first_line(text))
+    if "AccessDeniedException" in text or "Permission denied" in text:
+        return LeakcheckError(IO, _first_line(text))
+    return None
+
+
+def _cause(text: str) -> str:
+    causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)): ?([^\n]*)", text)
+    if not causes:
+        return ""
+    name, msg = causes[-1]
+    name = name.rsplit(".", 1)[-1]
+    return f"{name}: {msg}".strip().rstrip(":") if msg else name
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:300] if text.strip() else "I/O error"
+
+
+def _local(uri: str) -> str:
+    """Show local files as plain paths, other URIs as they are."""
+    for prefix in ("file://", "file:"):
+        if uri.startswith(prefix):
+            rest = uri[len(prefix):]
+            return rest if rest.startswith("/") else "/" + rest
+    return uri

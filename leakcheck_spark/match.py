@@ -1,0 +1,168 @@
+"""Matching stages: which records match which groups, and the overlaps and matrices built on that.
+
+Everything here works on *keys* (one per distinct normalised text) rather than on records, so a
+text with 100,000 copies is one row per group it occurs in, never 10^10 record pairs:
+
+* :func:`key_groups` -- (key, group, dataset, n): how many records of a group carry a key.
+* :func:`exact_edges` -- a self-edge per key: records with equal keys match.  Near matching
+  (a later stage) adds verified edges between different keys in the same (key, other, match,
+  similarity) form, and everything downstream works unchanged.
+* :func:`reach` -- for each (key, group) every group its records match, and through which key.
+* :func:`split_counts`, :func:`dataset_counts` -- the matrix cells (small; collected by report).
+* :func:`overlaps` -- one row per (record, other group) with the 5 smallest matching ids.
+* :func:`label_conflicts` -- keys whose records carry different canonical labels.
+
+All stages are ``DataFrame -> DataFrame``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+MAX_MATCH_IDS = 5
+OVERLAP_COLUMNS = ("from", "id", "to", "match_ids", "match", "similarity")
+
+
+def key_groups(records: DataFrame) -> DataFrame:
+    """(key, group, dataset, n) for non-empty records."""
+    import pyspark.sql.functions as F
+
+    return (
+        records.where(F.col("key").isNotNull())
+        .groupBy("key", "group", "dataset")
+        .agg(F.count(F.lit(1)).alias("n"))
+    )
+
+
+def exact_edges(kg: DataFrame) -> DataFrame:
+    """(key, other, match, similarity): every key matches itself exactly."""
+    import pyspark.sql.functions as F
+
+    return kg.select("key").distinct().select(
+        "key", F.col("key").alias("other"), F.lit("exact").alias("match"),
+        F.lit(1.0).alias("similarity"),
+    )
+
+
+def reach(kg: DataFrame, edges: DataFrame) -> DataFrame:
+    """For each (key, group): the groups reached through each edge.
+
+    Columns: key, group, dataset, n, other, to_group, to_dataset, match, similarity.  A key's
+    self-edge reaches its own group only when the group holds another copy (n >= 2).
+    """
+    import pyspark.sql.functions as F
+
+    target = kg.select(
+        F.col("key").alias("other"), F.col("group").alias("to_group"),
+        F.col("dataset").alias("to_dataset"), F.col("n").alias("to_n"),
+    )
+    joined = kg.join(edges, "key").join(target, "other")
+    own_copy = (F.col("key") == F.col("other")) & (F.col("group") == F.col("to_group"))
+    return joined.where(~own_copy | (F.col("n") >= 2)).drop("to_n")
+
+
+def split_counts(reached: DataFrame) -> DataFrame:
+    """(group, to_group, count): records of `group` matching at least one record of `to_group`."""
+    import pyspark.sql.functions as F
+
+    return (
+        reached.select("key", "group", "n", "to_group").distinct()
+        .groupBy("group", "to_group").agg(F.sum("n").alias("count"))
+    )
+
+
+def dataset_counts(reached: DataFrame) -> DataFrame:
+    """(dataset, to_dataset, count): records of `dataset` matching a record of `to_dataset`;
+    on the diagonal only matches in a different split of the same dataset count."""
+    import pyspark.sql.functions as F
+
+    cross = (F.col("dataset") != F.col("to_dataset")) | (F.col("group") != F.col("to_group"))
+    return (
+        reached.where(cross).select("key", "group", "dataset", "n", "to_dataset").distinct()
+        .groupBy("dataset", "to_dataset").agg(F.sum("n").alias("count"))
+    )
+
+
+def smallest_ids(records: DataFrame, by: tuple[str, ...] = ("key", "group"),
+                 k: int = MAX_MATCH_IDS) -> DataFrame:
+    """(*by, ids): the k smallest ids of the non-empty records of each `by` cell, ascending.
+
+    A window keeps the sort per cell (spilling if a key has many copies) instead of collecting
+    every id of a large duplicate group into one row.
+    """
+    import pyspark.sql.functions as F
+    from pyspark.sql import Window
+
+    w = Window.partitionBy(*by).orderBy("id")
+    return (
+        records.where(F.col("key").isNotNull())
+        .select(*by, "id").withColumn("_rank", F.row_number().over(w))
+        .where(F.col("_rank") <= k)
+        .groupBy(*by).agg(F.array_sort(F.collect_list("id")).alias("ids"))
+    )
+
+
+def overlaps(records: DataFrame, reached: DataFrame) -> DataFrame:
+    """One row per (record, other group) it matches: OVERLAP_COLUMNS (SPEC section 5).
+
+    `match` is ``exact`` when the record's own text occurs in `to` (exact wins), else ``near``;
+    `similarity` is 1.0 for exact, else the best verified similarity.
+    """
+    import pyspark.sql.functions as F
+
+    ids = smallest_ids(records).select(
+        F.col("key").alias("other"), F.col("group").alias("to_group"), "ids"
+    )
+    is_exact = F.col("match") == "exact"
+    per_key = (
+        reached.where(F.col("group") != F.col("to_group"))
+        .join(ids, ["other", "to_group"])
+        .groupBy("key", "group", "to_group")
+        .agg(
+            F.max(is_exact).alias("exact"),
+            F.max(F.when(~is_exact, F.col("similarity"))).alias("near_similarity"),
+            F.slice(F.array_sort(F.flatten(F.collect_list("ids"))), 1, MAX_MATCH_IDS)
+            .alias("match_ids"),
+        )
+    )
+    return (
+        records.where(F.col("key").isNotNull()).select("key", "group", "id")
+        .join(per_key, ["key", "group"])
+        .select(
+            F.col("group").alias("from"), "id", F.col("to_group").alias("to"), "match_ids",
+            F.when(F.col("exact"), F.lit("exact")).otherwise(F.lit("near")).alias("match"),
+            F.when(F.col("exact"), F.lit(1.0)).otherwise(F.col("near_similarity"))
+            .alias("similarity"),
+        )
+    )
+
+
+def label_conflicts(records: DataFrame) -> DataFrame:
+    """Keys whose records carry more than one canonical label (exact key only).
+
+    Columns: key (hex of the normalised-text hash), text (one sample, the first member's text,
+    truncated to 200 characters), labels (the distinct canonical labels), members
+    (array of (group, id, label), sorted).
+    """
+    import pyspark.sql.functions as F
+
+    labelled = records.where(F.col("key").isNotNull() & F.col("label_canon").isNotNull())
+    conflicting = (
+        labelled.groupBy("key").agg(F.count_distinct("label_canon").alias("_k"))
+        .where(F.col("_k") > 1).select("key")
+    )
+    member = F.struct("group", "id", "label")
+    return (
+        labelled.join(conflicting, "key")
+        .groupBy("key")
+        .agg(
+            F.min_by("text", member).alias("text"),
+            F.array_sort(F.collect_set("label_canon")).alias("labels"),
+            F.array_sort(F.collect_list(member)).alias("members"),
+        )
+        .select(F.lower(F.hex("key")).alias("key"), F.substring("text", 1, 200).alias("text"),
+                "labels", "members")
+    )

@@ -1,0 +1,449 @@
+"""Text normalisation, comment stripping, tokenisation and keys for leak checks.
+
+Every record's text goes through the same pipeline before it is compared:
+
+1. truncation to ``max_chars`` characters (when ``max_chars`` is not None);
+2. one of the normalisers in :data:`NORMALIZERS`:
+
+   * ``exact`` -- the text as is;
+   * ``whitespace`` -- every whitespace character removed
+     (``"".join(text.split())``, i.e. Python ``str.split`` semantics, so
+     tabs, ``\\r\\n``, ``\\xa0``, ``\\u2003`` ... all go);
+   * ``code`` -- comments removed (:func:`strip_comments`), then all
+     whitespace removed as for ``whitespace``.
+
+3. :func:`text_key` -- a 16-byte BLAKE2b digest of the UTF-8 normalised text,
+   used for exact matching; :func:`tokens` gives the tokens used for near
+   matching.
+
+A record whose text is None (or NaN, as pandas may give) or whose normalised
+text is empty is "empty": its key is None.
+
+Comment stripping
+-----------------
+Each language has one compiled regular expression that matches, in
+alternation, string literals (captured, hence kept) and comments (not
+captured, hence dropped).  ``pattern.split`` then yields the text between
+matches interleaved with the captured strings (None for comments), so the
+whole job runs inside the regex engine with no per-match Python callback.
+
+* ``c``: ``// ...`` to end of line and ``/* ... */``; ``"..."`` and ``'...'``
+  literals with backslash escapes.  A newline ends an unterminated literal;
+  an unterminated ``/*`` comment runs to end of text.
+* ``python``: ``# ...`` to end of line; ``'''...'''`` and ``\"\"\"...\"\"\"``
+  (may span lines; an unterminated one runs to end of text) and single-line
+  ``'...'`` / ``"..."`` literals with backslash escapes.
+* ``auto``: :func:`detect_lang` picks ``c`` or ``python`` per record.
+
+Not handled: raw strings, the C preprocessor (e.g. ``\\`` line splices in
+``//`` comments), C++14 digit separators (``1'000``), Python docstrings
+(they are strings, hence kept).  A removed comment leaves nothing behind, not
+a space (``a/**/b`` gives ``ab``).
+
+Auto-detection heuristic (:func:`detect_lang`)
+-----------------------------------------------
+Count the matches of two multi-line patterns and pick ``python`` only when
+its count is strictly greater (ties and empty text give ``c``):
+
+* python signals: a line starting (after indentation) with ``def ``,
+  ``class ``, ``import `` or ``from <name> import``; a line ending in ``:``
+  (block opener, optionally followed by a ``#`` comment); a line starting
+  with ``#`` that is not a preprocessor directive.
+* c signals: a line ending in ``;`` or ``{`` (optionally followed by a
+  ``//`` or ``/*`` comment; a ``{`` right after ``=``, ``(``, ``[``, ``,``
+  or ``:`` is a Python dict opener and does not count); a line starting with
+  ``//``, ``/*`` or ``*`` (block comment body); a preprocessor directive
+  (``#include``, ``#  define``, ``#if``, ...; ``# if`` with a space could be
+  an English Python comment and counts for neither language).
+
+Lines are ``\\n``-separated; the detector only looks at these few line
+shapes, so it is fast and deterministic, not a parser.
+
+This module must not import pyspark: it runs inside Python workers and in
+plain unit tests.  pandas is only needed by the ``*_series`` helpers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "NORMALIZERS",
+    "LANGS",
+    "strip_comments",
+    "detect_lang",
+    "normalize",
+    "tokens",
+    "text_key",
+    "normalize_series",
+    "key_series",
+    "with_keys",
+]
+
+NORMALIZERS = ("exact", "whitespace", "code")
+LANGS = ("c", "python", "auto")
+
+KEY_BYTES = 16
+# Configured once; copies are cheaper than constructing with digest_size=.
+_KEY_HASHER = hashlib.blake2b(digest_size=KEY_BYTES)
+
+# --- comment-stripping patterns ---------------------------------------------
+#
+# String bodies use the "unrolled loop" form  Q [^Q\\\n]* (?: \\. [^Q\\\n]* )* Q?
+# whose alternatives start with disjoint characters, so the engine never has
+# two ways to match the same text and cannot backtrack catastrophically.
+# ``\\[\s\S]`` lets an escape swallow a newline (a line continuation in both
+# languages).  The trailing ``Q?`` makes an unterminated literal stop at the
+# end of the line instead of failing.
+
+_C_DQ = r'"[^"\\\n]*(?:\\[\s\S][^"\\\n]*)*"?'
+_C_SQ = r"'[^'\\\n]*(?:\\[\s\S][^'\\\n]*)*'?"
+# Block comment, unrolled: runs of non-stars, then stars not followed by "/".
+# The final alternatives close the comment or accept end of text, so an
+# unterminated comment still matches (and is removed) in one pass.
+_C_BLOCK = r"/\*[^*]*(?:\*+[^*/][^*]*)*(?:\*+/|\*+\Z|\Z)"
+_C_LINE = r"//[^\n]*"
+_C_RE = re.compile(f"({_C_DQ}|{_C_SQ})|{_C_LINE}|{_C_BLOCK}")
+
+# Triple-quoted strings must come before the single-quoted ones: otherwise
+# '''x''' would be read as '' followed by 'x' ...  Inside, a quote is content
+# unless it starts the closing triple; ``\\?\Z`` accepts an unterminated
+# string (even one ending in a lone backslash) running to end of text.
+_PY_TDQ = r'"""[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*(?:"""|\\?\Z)'
+_PY_TSQ = r"'''[^'\\]*(?:(?:\\[\s\S]|'(?!''))[^'\\]*)*(?:'''|\\?\Z)"
+_PY_DQ = _C_DQ
+_PY_SQ = _C_SQ
+_PY_LINE = r"#[^\n]*"
+_PY_RE = re.compile(f"({_PY_TDQ}|{_PY_TSQ}|{_PY_DQ}|{_PY_SQ})|{_PY_LINE}")
+
+# --- auto-detection patterns -------------------------------------------------
+
+# Directive names that are unlikely words at the start of a Python comment
+# ("# define"...) may be spaced from the "#" (as in indented "#  define");
+# the English-looking ones count as C only when glued to it ("#if", not
+# "# if the ..."), and a spaced one counts for neither language.
+_PP_STRONG = r"(?:include(?:_next)?|define|undef|ifdef|ifndef|endif|pragma|elif)\b"
+_PP_WEAK = r"(?:if|else|error|warning|line)\b"
+# Every branch starts with a literal character ("\n" stands for a line start;
+# detect_lang prepends one to the text), which lets the regex engine skip
+# ahead to candidate positions instead of trying every branch everywhere.
+# Branches that scan to end of line can only succeed once there, so scanning
+# resumes after them: no quadratic rescanning of long lines.
+_PY_HINT_RE = re.compile(
+    r"\n[ \t]*(?:def[ \t]|class[ \t]|import[ \t]|from[ \t]+[\w.]+[ \t]+import\b"
+    rf"|#(?![ \t]*{_PP_STRONG}|[ \t]*{_PP_WEAK}))"
+    r"|:[ \t]*(?:#[^\n]*)?$",
+    re.MULTILINE,
+)
+_C_HINT_RE = re.compile(
+    r";[ \t]*(?://[^\n]*|/\*[^\n]*)?$"
+    # "{" opening a dict/set/initializer ("= {", "({", "[{", ", {", ": {")
+    # is common in Python data; only other "{" line endings count.
+    r"|\{(?<![=(\[,:]\{)(?<![=(\[,:] \{)[ \t]*(?://[^\n]*|/\*[^\n]*)?$"
+    # line comments, block comment openers and " * ..." continuation lines
+    # (whose "@param x:" style endings would otherwise look like Python)
+    rf"|\n[ \t]*(?://|/?\*|#[ \t]*{_PP_STRONG}|#{_PP_WEAK})",
+    re.MULTILINE,
+)
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+# --- validation ---------------------------------------------------------------
+
+
+def _check_normalizer(normalizer: str) -> None:
+    """Raise ValueError unless ``normalizer`` is one of :data:`NORMALIZERS`."""
+    if normalizer not in NORMALIZERS:
+        raise ValueError(
+            f"unknown normalizer {normalizer!r}; allowed values: {', '.join(NORMALIZERS)}"
+        )
+
+
+def _check_lang(lang: str) -> None:
+    """Raise ValueError unless ``lang`` is one of :data:`LANGS`."""
+    if lang not in LANGS:
+        raise ValueError(f"unknown lang {lang!r}; allowed values: {', '.join(LANGS)}")
+
+
+def _check_max_chars(max_chars: Any) -> int | None:
+    """Return ``max_chars`` as an int (or None); ValueError unless None or > 0."""
+    if max_chars is None:
+        return None
+    if isinstance(max_chars, bool):
+        raise ValueError(f"max_chars must be None or a positive integer, got {max_chars!r}")
+    try:
+        value = operator.index(max_chars)
+    except TypeError:
+        raise ValueError(
+            f"max_chars must be None or a positive integer, got {max_chars!r}"
+        ) from None
+    if value <= 0:
+        raise ValueError(f"max_chars must be None or a positive integer, got {max_chars!r}")
+    return value
+
+
+def _check(normalizer: str, lang: str, max_chars: Any) -> int | None:
+    """Validate all pipeline options; return the validated ``max_chars``."""
+    _check_normalizer(normalizer)
+    _check_lang(lang)
+    return _check_max_chars(max_chars)
+
+
+def _is_null(value: Any) -> bool:
+    """True for None, float NaN (incl. numpy floats) and pandas' NA.
+
+    >>> _is_null(None), _is_null(float("nan")), _is_null("")
+    (True, True, False)
+    """
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return value != value
+    # pd.NA, without importing pandas here.
+    return type(value).__name__ == "NAType"
+
+
+def _null_or_raise(value: Any) -> None:
+    """Return None for a null value; a non-string non-null value is a TypeError."""
+    if _is_null(value):
+        return None
+    raise TypeError(f"expected str or None, got {type(value).__name__}: {value!r}")
+
+
+# --- comment stripping ----------------------------------------------------------
+
+
+def _strip_c(text: str) -> str:
+    """Remove C comments, keeping string and char literals.
+
+    >>> _strip_c('x = "//s"; // c')
+    'x = "//s"; '
+    """
+    # Every C comment starts with "/": cheap exit for most lines of code.
+    if "/" not in text:
+        return text
+    # split() interleaves kept text with group 1 (a string, or None for a
+    # comment); join drops the Nones and empty pieces.
+    return "".join(filter(None, _C_RE.split(text)))
+
+
+def _strip_python(text: str) -> str:
+    """Remove Python comments, keeping string literals.
+
+    >>> _strip_python("x = '#s'  # c")
+    "x = '#s'  "
+    """
+    if "#" not in text:
+        return text
+    return "".join(filter(None, _PY_RE.split(text)))
+
+
+def _strip_auto(text: str) -> str:
+    """Remove comments in the language chosen by :func:`detect_lang`."""
+    if "/" not in text and "#" not in text:
+        return text
+    if detect_lang(text) == "python":
+        return _strip_python(text)
+    return _strip_c(text)
+
+
+_STRIPPERS: dict[str, Callable[[str], str]] = {
+    "c": _strip_c,
+    "python": _strip_python,
+    "auto": _strip_auto,
+}
+
+
+def detect_lang(text: str) -> str:
+    """Guess ``"python"`` or ``"c"`` for one record (ties and empty text: ``"c"``).
+
+    See the module docstring for the signals counted.
+
+    >>> detect_lang("def f(x):\\n    return x  # id\\n")
+    'python'
+    >>> detect_lang("int f(int x) {\\n    return x; // id\\n}\\n")
+    'c'
+    """
+    if not text:
+        return "c"
+    # A leading "\n" lets the first line match the "\n"-anchored branches.
+    text = "\n" + text
+    py = len(_PY_HINT_RE.findall(text))
+    if not py:
+        return "c"
+    return "python" if py > len(_C_HINT_RE.findall(text)) else "c"
+
+
+def strip_comments(text: str, lang: str = "c") -> str:
+    """Remove comments (not string literals) from ``text``; ``lang`` is c|python|auto.
+
+    The newline ending a line comment is kept.
+
+    >>> strip_comments('a = "/*x*/"; /* gone */ b; // gone')
+    'a = "/*x*/";  b; '
+    >>> strip_comments("s = '#'  # gone\\nt = 1", "python")
+    "s = '#'  \\nt = 1"
+    """
+    _check_lang(lang)
+    return _STRIPPERS[lang](text)
+
+
+# --- normalisation, tokens, keys ---------------------------------------------
+
+
+def _make_normalizer(normalizer: str, lang: str, max_chars: int | None) -> Callable[[str], str]:
+    """Return a ``str -> str`` function for already validated options."""
+    join = "".join
+    if normalizer == "exact":
+        if max_chars is None:
+            return lambda t: t
+        return lambda t: t[:max_chars]
+    if normalizer == "whitespace":
+        if max_chars is None:
+            return lambda t: join(t.split())
+        return lambda t: join(t[:max_chars].split())
+    strip = _STRIPPERS[lang]
+    if max_chars is None:
+        return lambda t: join(strip(t).split())
+    return lambda t: join(strip(t[:max_chars]).split())
+
+
+def normalize(
+    text: str | None,
+    normalizer: str = "whitespace",
+    lang: str = "c",
+    max_chars: int | None = None,
+) -> str | None:
+    """Truncate to ``max_chars`` then apply ``normalizer``; None for a null text.
+
+    >>> normalize(" a\\tb\\r\\n c ")
+    'abc'
+    >>> normalize("ab cd", max_chars=3)
+    'ab'
+    >>> normalize("x = 1  # one", "code", "python")
+    'x=1'
+    """
+    max_chars = _check(normalizer, lang, max_chars)
+    if not isinstance(text, str):
+        return _null_or_raise(text)
+    return _make_normalizer(normalizer, lang, max_chars)(text)
+
+
+def tokens(
+    text: str | None,
+    normalizer: str = "whitespace",
+    lang: str = "c",
+    max_chars: int | None = None,
+) -> list[str]:
+    """Tokens ``\\w+|[^\\w\\s]`` of the truncated text (comment-stripped for ``code``).
+
+    >>> tokens("foo(bar_1, 2) // x", "code")
+    ['foo', '(', 'bar_1', ',', '2', ')']
+    >>> tokens(None)
+    []
+    """
+    max_chars = _check(normalizer, lang, max_chars)
+    if not isinstance(text, str):
+        _null_or_raise(text)
+        return []
+    if max_chars is not None:
+        text = text[:max_chars]
+    if normalizer == "code":
+        text = _STRIPPERS[lang](text)
+    return _TOKEN_RE.findall(text)
+
+
+def text_key(normalized: str | None) -> bytes | None:
+    """16-byte BLAKE2b digest of the UTF-8 text; None for None or "".
+
+    Lone surrogates (invalid UTF-8) are encoded with ``surrogatepass`` rather
+    than failing a whole batch; valid text gives plain UTF-8 bytes.
+
+    >>> len(text_key("abc")), text_key(""), text_key(None)
+    (16, None, None)
+    """
+    if not normalized:
+        return None
+    h = _KEY_HASHER.copy()
+    h.update(normalized.encode("utf-8", "surrogatepass"))
+    return h.digest()
+
+
+# --- pandas batch helpers ---------------------------------------------------------
+
+
+def normalize_series(
+    texts: pd.Series, normalizer: str, lang: str, max_chars: int | None
+) -> pd.Series:
+    """:func:`normalize` over a Series: object Series of str/None, same index.
+
+    None, NaN and pd.NA are null and give None.
+    """
+    import pandas as pd
+
+    max_chars = _check(normalizer, lang, max_chars)
+    norm = _make_normalizer(normalizer, lang, max_chars)
+    is_str = isinstance
+    str_ = str
+    null = _null_or_raise
+    out = [norm(t) if is_str(t, str_) else null(t) for t in texts.tolist()]
+    return pd.Series(out, index=texts.index, dtype=object, name=texts.name)
+
+
+def key_series(texts: pd.Series, normalizer: str, lang: str, max_chars: int | None) -> pd.Series:
+    """Keys of the normalised texts: object Series of 16-byte bytes or None, same index.
+
+    The hot path: one pass over the values with locally bound functions; None
+    for null records and records whose normalised text is empty.  Equal to
+    ``text_key(normalize(t, ...))`` per record.
+    """
+    import pandas as pd
+
+    max_chars = _check(normalizer, lang, max_chars)
+    # Copying the configured hasher is ~30% cheaper than calling
+    # blake2b(data, digest_size=16) for every record.
+    new_hasher = _KEY_HASHER.copy
+    is_str = isinstance
+    str_ = str
+    null = _null_or_raise
+    norm = _make_normalizer(normalizer, lang, max_chars)
+    out: list[bytes | None] = []
+    append = out.append
+    for t in texts.tolist():
+        if is_str(t, str_):
+            n = norm(t)
+            if n:
+                h = new_hasher()
+                h.update(n.encode("utf-8", "surrogatepass"))
+                append(h.digest())
+            else:
+                append(None)
+        else:
+            append(null(t))
+    return pd.Series(out, index=texts.index, dtype=object, name=texts.name)
+
+
+# --- Spark wrapper ------------------------------------------------------------------
+
+
+def with_keys(records: DataFrame, normalizer: str = "whitespace", lang: str = "c",
+              max_chars: int | None = None) -> DataFrame:
+    """Stage: add `key` (binary(16), null for empty records) computed from `text`.
+
+    A vectorised pandas UDF over Arrow batches; the key is 128 bits, so distinct normalised
+    texts collide with negligible probability and the texts themselves are never shuffled.
+    """
+    from leakcheck_spark.udf import series_udf
+
+    _check(normalizer, lang, max_chars)
+    keys = series_udf(lambda texts: key_series(texts, normalizer, lang, max_chars), "binary")
+    return records.withColumn("key", keys("text"))

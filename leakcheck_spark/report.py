@@ -1,0 +1,76 @@
+"""Matrices, the versioned report.json, and the terminal rendering (SPEC section 5)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+SCHEMA = "leakcheck-spark/report/v1"
+SAMPLE_ROWS = 20
+
+
+def cell(count: int, total: int) -> dict:
+    """A matrix cell: ``{"count", "fraction"}`` with fraction = count / total (0 if total is 0).
+
+    >>> cell(1, 4)
+    {'count': 1, 'fraction': 0.25}
+    """
+    return {"count": int(count), "fraction": (count / total) if total else 0.0}
+
+
+def matrix(names: list[str], totals: dict[str, int],
+           counts: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, dict]]:
+    """A full square matrix over `names` (every cell present, zeros included).
+
+    >>> matrix(["a", "b"], {"a": 2, "b": 1}, [("a", "b", 1)])["a"]
+    {'a': {'count': 0, 'fraction': 0.0}, 'b': {'count': 1, 'fraction': 0.5}}
+    """
+    found = {(a, b): n for a, b, n in counts}
+    return {a: {b: cell(found.get((a, b), 0), totals[a]) for b in names} for a in names}
+
+
+def jsonable(value: object) -> object:
+    """Rows collected from Spark as plain JSON values (Row -> dict, recursively)."""
+    if hasattr(value, "asDict"):
+        return {k: jsonable(v) for k, v in value.asDict().items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value
+
+
+def render(report: dict, top: int = 10) -> str:
+    """The terminal summary: groups, both matrices as tables (count and %), top overlaps and the
+    label-conflict count."""
+    lines: list[str] = []
+    groups = report["groups"]
+    lines.append("groups")
+    lines += _table(["group", "records", "empty"],
+                    [[g, f"{v['records']:,}", f"{v['empty']:,}"] for g, v in groups.items()])
+    for title, key in (("split x split (row: records of A that occur in B)", "split_matrix"),
+                       ("dataset x dataset", "dataset_matrix")):
+        m = report[key]
+        names = list(m)
+        lines += ["", title]
+        lines += _table(["A \\ B", *names], [[a] + [_pct(m[a][b]) for b in names] for a in names])
+    ov = report["overlaps"]
+    lines += ["", f"overlaps: {ov['count']:,} (record, other group) pairs"]
+    if ov["sample"]:
+        rows = [[o["from"], str(o["id"]), o["to"], ", ".join(map(str, o["match_ids"])),
+                 o["match"], f"{o['similarity']:.3f}"] for o in ov["sample"][:top]]
+        lines += _table(["from", "id", "to", "match_ids", "match", "similarity"], rows)
+        if ov["count"] > len(rows):
+            lines.append(f"  ... {ov['count'] - len(rows):,} more (full list: OUT/overlaps/)")
+    lc = report["label_conflicts"]
+    lines += ["", f"label conflicts: {lc['count']:,} texts carry different labels"]
+    return "\n".join(lines)
+
+
+def _pct(c: dict) -> str:
+    return f"{c['count']:,} ({100 * c['fraction']:.1f}%)" if c["count"] else "0"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  " + "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    return [fmt.format(*header)] + [fmt.format(*map(str, r)) for r in rows]

@@ -1,0 +1,80 @@
+"""The only place that builds a SparkSession.
+
+`get_session` reuses an active session (spark-submit, Databricks, a notebook, the test fixture)
+and otherwise builds one: ``--master`` if given, else ``local[*]``.  A session it builds runs its
+Python workers on the driver's interpreter and keeps the terminal free of JVM log noise.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_LOG4J = Path(__file__).with_name("log4j2.properties")
+
+# Settings a session we build gets unless the user sets them: a quiet console and Arrow on.
+_DEFAULTS = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def get_session(
+    master: str | None = None,
+    conf: Iterable[tuple[str, str]] = (),
+    app_name: str = "leakcheck-spark",
+) -> SparkSession:
+    """Return the active SparkSession, or build one.
+
+    Args:
+        master: the Spark master; None keeps an active session's or spark-submit's master and
+            falls back to ``local[*]``.
+        conf: extra ``(key, value)`` settings (``--conf``).
+        app_name: the application name shown by Spark.
+    """
+    from pyspark.sql import SparkSession
+
+    conf = list(conf)
+    active = SparkSession.getActiveSession()
+    if active is not None and master is None:
+        for key, value in conf:
+            active.conf.set(key, value)
+        return active
+    # Executors started by this process must run this interpreter (the one with our packages).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    launched_by_submit = "spark.master" in _submit_conf()
+    chosen = master or (None if launched_by_submit else "local[*]")
+    if chosen:
+        builder = builder.master(chosen)
+    if chosen and chosen.startswith("local"):
+        # Loopback only: no hostname warnings, no listening on the network for a laptop run.
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    if not launched_by_submit and _LOG4J.exists():
+        java_opt = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()}"
+        builder = builder.config("spark.driver.extraJavaOptions", java_opt).config(
+            "spark.executor.extraJavaOptions", java_opt
+        )
+    for key, value in _DEFAULTS.items():
+        builder = builder.config(key, value)
+    for key, value in conf:
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _submit_conf() -> dict:
+    """Settings spark-submit passed to this Python process (empty when run directly)."""
+    from pyspark import SparkConf
+
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return {}
+    return dict(SparkConf().getAll())

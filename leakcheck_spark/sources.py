@@ -1,0 +1,589 @@
+"""Read every source into one DataFrame of records (SPEC section 3).
+
+One record per input row, with the columns of :data:`RECORD_COLUMNS`:
+
+    dataset, split, group ("NAME/SPLIT"), id, row, text, label, label_canon
+
+`row` is the 0-based row index within the dataset in read order (sources in the order given,
+files in path order, rows in file order); it is the id when no id field is given.  It is computed
+without `monotonically_increasing_id` as an id and without a global sort: each parse stage numbers
+rows within its (file, block) -- a block is the byte range of a file that one task reads, always
+read in order -- and one small aggregate per (file, block) gives each block's offset.  The result is
+the same for any partitioning, master or number of executors.
+
+Formats: ``.jsonl``/``.ndjson`` and ``.txt`` are read as lines (splittable; the raw line is kept so
+`clean` can write kept rows byte-identical), ``.json`` lists are parsed whole per file, ``.csv`` and
+``.parquet`` through Spark's own readers (their original columns are kept for `clean`).  Any of the
+text formats may be gzipped (``.gz``).
+
+Bad rows do not raise inside Spark tasks (that would surface as a Py4J traceback): the parse stages
+put the problem in the `_lc_err` column and :func:`read_records` raises the first one in read order
+as a :class:`~leakcheck_spark.errors.LeakcheckError`, naming the file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from leakcheck_spark import errors
+from leakcheck_spark.errors import LeakcheckError, encode_row_error
+from leakcheck_spark.labels import canonical_label, display_label, from_typed_string
+from leakcheck_spark.options import DEFAULT_SPLIT, Options, Source
+from leakcheck_spark.udf import series_udf
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+RECORD_COLUMNS = ("dataset", "split", "group", "id", "row", "text", "label", "label_canon")
+
+# File extension (after an optional .gz) -> format.
+EXTENSIONS = {
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv",
+    ".parquet": "parquet", ".txt": "txt",
+}
+LINE_FORMATS = ("jsonl", "txt")
+TABULAR_FORMATS = ("csv", "parquet")
+
+# Columns every parse stage produces, besides a tabular source's own columns.
+_PARSED_DDL = (
+    "_lc_file string, _lc_block long, _lc_line long, _lc_seq long, split string, id string, "
+    "id_int boolean, text string, label string, label_canon string, has_label boolean, "
+    "has_split boolean, _lc_err string, raw string"
+)
+# How a parse stage names a row's position in messages, by format.
+_UNIT = {"jsonl": "line", "txt": "line", "json": "element", "csv": "row", "parquet": "row"}
+
+
+def file_format(path: str) -> str | None:
+    """The format of a file from its name, or None if it is not a supported file.
+
+    >>> file_format("a/b.JSONL.gz"), file_format("x.parquet"), file_format("x.parquet.gz")
+    ('jsonl', 'parquet', None)
+    """
+    low = path.lower()
+    gz = low.endswith(".gz")
+    if gz:
+        low = low[:-3]
+    for ext, fmt in EXTENSIONS.items():
+        if low.endswith(ext):
+            return None if gz and fmt == "parquet" else fmt
+    return None
+
+
+@dataclass
+class SourceFrame:
+    """One source read but not yet numbered: its parsed rows, per format, and how it was read."""
+
+    source: Source
+    index: int
+    parts: list[tuple[str, DataFrame]] = field(default_factory=list)  # (format, parsed rows)
+    original_columns: dict[str, list[str]] = field(default_factory=dict)  # tabular formats
+
+
+# ---------------------------------------------------------------------------------------------
+# Listing files
+
+
+def list_files(spark: SparkSession, src: Source) -> list[tuple[str, str]]:
+    """Every supported file of a source as ``(uri, format)``, sorted by path.
+
+    A directory contributes all supported files below it; a glob its matches; an explicitly named
+    file must itself be supported.  Listing goes through Spark, so any Hadoop URI works.
+    """
+    path = src.path
+    if path.startswith("hf:") or path.startswith("table:"):
+        raise LeakcheckError(
+            errors.USAGE, f"{path.split(':', 1)[0]}: sources are not available yet ({src.label})",
+            "export the data to parquet or jsonl files and pass their path",
+        )
+    try:
+        listed = (
+            spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+            .load(path).select("path").collect()
+        )
+    except Exception as exc:  # noqa: BLE001 - translated or re-raised
+        raise _translate(exc, f"cannot list {path}") from None
+    files = sorted(r.path for r in listed)
+    supported = [(f, fmt) for f in files if (fmt := file_format(f))]
+    if len(files) == 1 and not supported and not _has_glob(path):
+        raise LeakcheckError(
+            errors.BAD_FORMAT, f"unsupported file type: {path}",
+            "inputs are .jsonl/.ndjson, .json, .csv, .parquet or .txt, optionally .gz",
+        )
+    if not supported:
+        raise LeakcheckError(errors.EMPTY_INPUT, f"no supported input files in {path} ({src.label})")
+    return supported
+
+
+def _has_glob(path: str) -> bool:
+    return any(c in path for c in "*?[{")
+
+
+def _translate(exc: BaseException, fallback: str) -> LeakcheckError:
+    err = errors.from_spark_exception(exc)
+    if err is None:
+        raise exc
+    return err
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing rows (runs inside Python workers)
+
+
+_MISSING = object()
+
+
+def parse_object(obj: object, src: Source) -> tuple:
+    """The record fields of one JSON value: (split, id, id_int, text, label, label_canon,
+    has_label, has_split, err).  `err` is an encoded row error or None; messages contain
+    ``{where}``, which the driver replaces with the row's file and line.
+    """
+    if not isinstance(obj, dict):
+        return _row_error(errors.BAD_FORMAT, f"{{where}} is not a JSON object ({type(obj).__name__})")
+    text = obj.get(src.text_field, _MISSING)
+    if text is _MISSING:
+        return _row_error(
+            errors.MISSING_FIELD,
+            f"field {src.text_field!r} not in {{where}}; fields present: {_fields(obj)}",
+        )
+    if text is not None and not isinstance(text, str):
+        return _row_error(
+            errors.BAD_VALUE,
+            f"field {src.text_field!r} in {{where}} is {type(text).__name__}, not a string",
+        )
+    ident, id_int = None, False
+    if src.id_field:
+        value = obj.get(src.id_field)
+        if value is None:
+            return _row_error(
+                errors.MISSING_FIELD,
+                f"id field {src.id_field!r} not in {{where}}; fields present: {_fields(obj)}",
+            )
+        id_int = isinstance(value, int) and not isinstance(value, bool)
+        ident = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    label, canon, has_label = None, None, False
+    if src.label_field:
+        value = obj.get(src.label_field, _MISSING)
+        has_label = value is not _MISSING
+        if has_label:
+            label, canon = display_label(value), canonical_label(value)
+    split, has_split = None, False
+    if src.split_field and src.split is None:
+        value = obj.get(src.split_field)
+        has_split = src.split_field in obj
+        if value is not None:
+            split = value if isinstance(value, str) else json.dumps(value)
+    return (split, ident, id_int, text, label, canon, has_label, has_split, None)
+
+
+def _row_error(code: str, message: str) -> tuple:
+    return (None, None, False, None, None, None, False, False, encode_row_error(code, message))
+
+
+def _fields(obj: dict) -> str:
+    names = list(obj)
+    return ", ".join(map(str, names[:12])) + (", ..." if len(names) > 12 else "") or "(none)"
+
+
+def _columns() -> dict[str, list]:
+    return {c.split()[0]: [] for c in _PARSED_DDL.split(", ")}
+
+
+def parse_lines(
+    batches: Iterator[pd.DataFrame], src: Source, fmt: str, keep_raw: bool
+) -> Iterator[pd.DataFrame]:
+    """mapInPandas body for line formats: one output row per input line, blank lines included
+    (their `_lc_seq` is null) so that physical line numbers stay exact across blocks.
+
+    Input columns: value (binary), _lc_file, _lc_block, in file order within each block.
+    """
+    import pandas as pd
+
+    counters: dict[tuple[str, int], list[int]] = {}  # (file, block) -> [line, seq]
+    loads = json.loads
+    for pdf in batches:
+        out = _columns()
+        for value, file, block in zip(pdf["value"], pdf["_lc_file"], pdf["_lc_block"]):
+            pos = counters.setdefault((file, block), [0, 0])
+            line_no = pos[0]
+            pos[0] += 1
+            try:
+                line = bytes(value).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                fields = _row_error(errors.BAD_FORMAT, f"invalid UTF-8 in {{where}} ({exc.reason})")
+                seq, line = pos[1], None
+                pos[1] += 1
+                _append(out, file, block, line_no, seq, fields, None)
+                continue
+            if line_no == 0 and block == 0 and line.startswith("\ufeff"):
+                line = line[1:]
+            if not line.strip():
+                _append(out, file, block, line_no, None, (None,) * 9, None)
+                continue
+            seq = pos[1]
+            pos[1] += 1
+            if fmt == "txt":
+                text = line[:-1] if line.endswith("\r") else line
+                fields = (None, None, False, text, None, None, False, False, None)
+            else:
+                try:
+                    obj = loads(line)
+                except ValueError as exc:
+                    fields = _row_error(errors.BAD_FORMAT, f"invalid JSON in {{where}}: {exc}")
+                else:
+                    fields = parse_object(obj, src)
+            _append(out, file, block, line_no, seq, fields, line if keep_raw else None)
+        yield pd.DataFrame(out)
+
+
+def parse_json_lists(
+    batches: Iterator[pd.DataFrame], src: Source, keep_raw: bool
+) -> Iterator[pd.DataFrame]:
+    """mapInPandas body for ``.json`` files (each a list of objects, read whole by binaryFile).
+
+    Input columns: path, content (binary); one output row per list element.
+    """
+    import pandas as pd
+
+    for pdf in batches:
+        for file, content in zip(pdf["path"], pdf["content"]):
+            out = _columns()
+            data = bytes(content)
+            try:
+                if file.lower().endswith(".gz"):
+                    data = gzip.decompress(data)
+                items = json.loads(data.decode("utf-8-sig"))
+                if not isinstance(items, list):
+                    raise ValueError(f"expected a JSON list of objects, got {type(items).__name__}")
+            except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError) as exc:
+                fields = _row_error(errors.BAD_FORMAT, f"cannot read {{file}}: {exc}")
+                _append(out, file, 0, 0, 0, fields, None)
+                yield pd.DataFrame(out)
+                continue
+            for i, obj in enumerate(items):
+                raw = json.dumps(obj, ensure_ascii=False) if keep_raw else None
+                _append(out, file, 0, i, i, parse_object(obj, src), raw)
+            yield pd.DataFrame(out)
+
+
+def _append(out: dict, file: str, block: int, line: int, seq: int | None, fields: tuple,
+            raw: str | None) -> None:
+    out["_lc_file"].append(file)
+    out["_lc_block"].append(block)
+    out["_lc_line"].append(line)
+    out["_lc_seq"].append(seq)
+    for name, value in zip(("split", "id", "id_int", "text", "label", "label_canon",
+                            "has_label", "has_split", "_lc_err"), fields):
+        out[name].append(value)
+    out["raw"].append(raw)
+
+
+def canonical_label_series(values: pd.Series, kind: str) -> pd.Series:
+    """Vectorised `canonical_label` for a typed column Spark cast to string (`kind` in KINDS)."""
+    import pandas as pd
+
+    return pd.Series(
+        [None if v is None else canonical_label(from_typed_string(v, kind)) for v in values],
+        index=values.index, dtype=object,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading one source
+
+
+def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = False) -> SourceFrame:
+    """Read one source's files into parsed (not yet numbered) rows, one part per format."""
+    files = list_files(spark, src)
+    if src.text_field is None and any(f != "txt" for _, f in files):
+        raise LeakcheckError(
+            errors.MISSING_FIELD, f"no text field given for {src.label}",
+            "pass --text-field NAME (or -o NAME.text=FIELD); only .txt sources need none",
+        )
+    frame = SourceFrame(src, index)
+    by_format: dict[str, list[str]] = {}
+    for uri, fmt in files:
+        by_format.setdefault(fmt, []).append(uri)
+    for fmt, files in sorted(by_format.items()):
+        try:
+            if fmt in LINE_FORMATS:
+                part = _read_lines(spark, files, src, fmt, keep_raw)
+            elif fmt == "json":
+                part = _read_json_lists(spark, files, src, keep_raw)
+            else:
+                part = _read_tabular(spark, files, src, fmt, frame)
+        except LeakcheckError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - translated or re-raised
+            raise _translate(exc, f"cannot read {src.path}") from None
+        frame.parts.append((fmt, part))
+    return frame
+
+
+def _read_lines(spark: SparkSession, files: list[str], src: Source, fmt: str,
+                keep_raw: bool) -> DataFrame:
+    import pyspark.sql.functions as F
+
+    # lineSep "\n": a "\r" stays in the line, so a kept CRLF row is written back byte-identical.
+    # The value is cast to binary so invalid UTF-8 reaches Python as bytes (and is reported).
+    lines = spark.read.option("lineSep", "\n").text(files).select(
+        F.col("value").cast("binary").alias("value"),
+        F.col("_metadata.file_path").alias("_lc_file"),
+        F.col("_metadata.file_block_start").alias("_lc_block"),
+    )
+    return lines.mapInPandas(lambda it: parse_lines(it, src, fmt, keep_raw), _PARSED_DDL)
+
+
+def _read_json_lists(spark: SparkSession, files: list[str], src: Source,
+                     keep_raw: bool) -> DataFrame:
+    blobs = spark.read.format("binaryFile").load(files).select("path", "content")
+    return blobs.mapInPandas(lambda it: parse_json_lists(it, src, keep_raw), _PARSED_DDL)
+
+
+def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
+                  frame: SourceFrame) -> DataFrame:
+    import pyspark.sql.functions as F
+    from pyspark.sql import types as T
+
+    if fmt == "csv":
+        # multiLine: quoted newlines are part of a value; all values stay strings, as in the file.
+        df = spark.read.options(header=True, multiLine=True, encoding="UTF-8").csv(files)
+        df = df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
+    else:
+        df = spark.read.parquet(*files)
+    columns = df.columns
+    frame.original_columns[fmt] = columns
+    schema = {f.name: f.dataType for f in df.schema.fields}
+    where = f"{src.path} (columns: {', '.join(columns[:12])})"
+
+    def need(flag: str, name: str | None) -> None:
+        if name is not None and name not in schema:
+            raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}")
+
+    need("text field", src.text_field)
+    need("id field", src.id_field)
+    need("label field", src.label_field)
+    if src.split is None:
+        need("split field", src.split_field)
+    if not isinstance(schema[src.text_field], (T.StringType, T.NullType)):
+        raise LeakcheckError(
+            errors.BAD_VALUE,
+            f"field {src.text_field!r} of {src.path} is {schema[src.text_field].simpleString()}, "
+            "not a string",
+        )
+
+    orig = [F.col(f"`{c}`") for c in columns]
+    seq = F.monotonically_increasing_id()
+    df = df.select(
+        *orig,
+        F.col("_metadata.file_path").alias("_lc_file"),
+        F.col("_metadata.file_block_start").alias("_lc_block"),
+    ).withColumn("_lc_seq", seq).withColumn("_lc_line", F.col("_lc_seq"))
+
+    null_str = F.lit(None).cast("string")
+    text = F.col(f"`{src.text_field}`").cast("string")
+    if src.id_field:
+        id_type = schema[src.id_field]
+        ident = F.col(f"`{src.id_field}`").cast("string")
+        if isinstance(id_type, T.IntegralType):
+            id_int = F.lit(True)
+        elif fmt == "csv":
+            id_int = ident.rlike(r"^-?(0|[1-9][0-9]{0,17})$")
+        else:
+            id_int = F.lit(False)
+        err = F.when(
+            ident.isNull(),
+            F.lit(encode_row_error(errors.MISSING_FIELD,
+                                   f"id field {src.id_field!r} is empty in {{where}}")),
+        )
+    else:
+        ident, id_int, err = null_str, F.lit(False), null_str
+    if src.label_field:
+        kind = _label_kind(schema[src.label_field])
+        raw_label = F.col(f"`{src.label_field}`").cast("string")
+        canon = series_udf(lambda s: canonical_label_series(s, kind), "string")(raw_label)
+        label, has_label = raw_label, raw_label.isNotNull()
+    else:
+        label, canon, has_label = null_str, null_str, F.lit(False)
+    if src.split_field and src.split is None:
+        split, has_split = F.col(f"`{src.split_field}`").cast("string"), F.lit(True)
+    else:
+        split, has_split = null_str, F.lit(False)
+    return df.select(
+        *orig, "_lc_file", "_lc_block", "_lc_line", "_lc_seq",
+        split.alias("split"), ident.alias("id"), id_int.alias("id_int"), text.alias("text"),
+        label.alias("label"), canon.alias("label_canon"), has_label.alias("has_label"),
+        has_split.alias("has_split"), err.alias("_lc_err"), null_str.alias("raw"),
+    )
+
+
+def _label_kind(data_type: object) -> str:
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.BooleanType):
+        return "bool"
+    if isinstance(data_type, T.IntegralType):
+        return "int"
+    if isinstance(data_type, (T.FloatType, T.DoubleType, T.DecimalType)):
+        return "float"
+    return "str"
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbering rows and checking the whole input
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """What the one scan of the input found: per (source, file, block) offsets, and whether all
+    ids are integers (then the id column is a long)."""
+
+    table: list[tuple[int, str, int, int, int, int]]  # src, file, block, min_seq, row_base, end
+    ids_are_ints: bool
+
+
+def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Blocks:
+    """One Spark job over every source: row counts per block, the first bad row, field presence.
+
+    Raises:
+        LeakcheckError: the first bad row in read order (or an empty source, or a label/split
+            field present in no row).
+    """
+    import pyspark.sql.functions as F
+
+    stats = None
+    for frame in frames:
+        for fmt, part in frame.parts:
+            s = part.select(
+                F.lit(frame.index).alias("src"), F.lit(fmt).alias("fmt"), "_lc_file", "_lc_block",
+                "_lc_line", "_lc_seq", "_lc_err", "has_label", "has_split", "id_int",
+            )
+            stats = s if stats is None else stats.unionByName(s)
+    good = F.col("_lc_seq").isNotNull()
+    agg = stats.groupBy("src", "fmt", "_lc_file", "_lc_block").agg(
+        F.count("_lc_seq").alias("rows"),
+        F.min("_lc_seq").alias("min_seq"),
+        F.min("_lc_line").alias("min_line"),
+        F.max("_lc_line").alias("max_line"),
+        F.min(F.when(F.col("_lc_err").isNotNull(),
+                     F.struct("_lc_line", "_lc_seq", "_lc_err"))).alias("err"),
+        F.max(F.when(good, F.col("has_label"))).alias("has_label"),
+        F.max(F.when(good, F.col("has_split"))).alias("has_split"),
+        F.min(F.when(good, F.col("id_int"))).alias("id_int"),
+    )
+    try:
+        rows = agg.collect()
+    except Exception as exc:  # noqa: BLE001 - translated or re-raised
+        raise _translate(exc, "cannot read the input") from None
+
+    by_src: dict[int, list] = {}
+    for r in rows:
+        by_src.setdefault(r.src, []).append(r)
+    table = []
+    dataset_base: dict[str, int] = {}
+    ids_are_ints = True
+    for frame in frames:
+        src = frame.source
+        blocks = sorted(by_src.get(frame.index, []), key=lambda r: (r._lc_file, r._lc_block))
+        cap = opts.max_rows or None
+        src_rows, line_base, prev_file = 0, 0, None
+        first_error = None
+        for b in blocks:
+            if b._lc_file != prev_file:
+                line_base, prev_file = 0, b._lc_file
+            if b.err is not None and first_error is None:
+                err_row = src_rows + (b.err._lc_seq - b.min_seq if b.err._lc_seq is not None else 0)
+                if cap is None or err_row < cap:
+                    first_error = (b, line_base + b.err._lc_line - b.min_line + 1)
+            table.append([frame.index, b._lc_file, b._lc_block, b.min_seq, src_rows])
+            src_rows += b.rows
+            line_base += b.max_line - b.min_line + 1
+        if first_error is not None:
+            b, line = first_error
+            err = errors.decode_row_error(b.err._lc_err)
+            where = f"{_UNIT[b.fmt]} {line} of {errors._local(b._lc_file)}"
+            if b.fmt == "json":
+                where = f"element {line - 1} of {errors._local(b._lc_file)}"
+            raise LeakcheckError(
+                err.code, err.message.replace("{where}", where).replace(
+                    "{file}", errors._local(b._lc_file))
+            )
+        total = min(src_rows, cap) if cap else src_rows
+        if total == 0:
+            raise LeakcheckError(errors.EMPTY_INPUT, f"no records in {src.label}")
+        nonempty = [b for b in blocks if b.rows]
+        if src.label_field and not any(b.has_label for b in nonempty):
+            raise LeakcheckError(errors.MISSING_FIELD,
+                                 f"label field {src.label_field!r} present in no row of {src.label}",
+                                 "check --label-field, or switch it off with -o NAME.label=")
+        if src.split is None and src.split_field and not any(b.has_split for b in nonempty):
+            raise LeakcheckError(errors.MISSING_FIELD,
+                                 f"split field {src.split_field!r} present in no row of {src.label}",
+                                 "check --split-field, or give the split as -d NAME:SPLIT=SOURCE")
+        if src.id_field and not all(b.id_int for b in nonempty):
+            ids_are_ints = False
+        base = dataset_base.get(src.name, 0)
+        for entry in table:
+            if entry[0] == frame.index:
+                entry[4] += base
+                entry.append(base + total)
+        dataset_base[src.name] = base + total
+    return Blocks([tuple(t) for t in table], ids_are_ints)
+
+
+def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,
+                extra: tuple[str, ...] = ()) -> DataFrame:
+    """One source's records with `row` and `id` assigned, blank lines and rows past
+    ``--max-rows`` dropped.  `extra` names further parsed columns to keep (for `clean`)."""
+    import pyspark.sql.functions as F
+
+    src = frame.source
+    table = spark.createDataFrame(
+        [t for t in blocks.table if t[0] == frame.index],
+        "src int, _lc_file string, _lc_block long, min_seq long, row_base long, row_end long",
+    ).drop("src")
+    out = None
+    for fmt, part in frame.parts:
+        keep = list(extra)
+        if "originals" in keep:
+            keep.remove("originals")
+            keep += [f"`{c}`" for c in frame.original_columns.get(fmt, [])]
+        df = (
+            part.where(F.col("_lc_seq").isNotNull())
+            .join(F.broadcast(table), ["_lc_file", "_lc_block"])
+            .withColumn("row", F.col("row_base") + F.col("_lc_seq") - F.col("min_seq"))
+            .where(F.col("row") < F.col("row_end"))
+        )
+        split = F.lit(src.split) if src.split else F.coalesce("split", F.lit(DEFAULT_SPLIT))
+        ident = F.col("id") if src.id_field else F.col("row").cast("string")
+        ident = ident.cast("long") if blocks.ids_are_ints else ident
+        df = df.select(
+            F.lit(src.name).alias("dataset"), split.alias("split"),
+            F.concat(F.lit(src.name + "/"), split).alias("group"), ident.alias("id"), "row",
+            "text", "label", "label_canon", *keep,
+        )
+        out = df if out is None else out.unionByName(df, allowMissingColumns=True)
+    return out
+
+
+def read_records(spark: SparkSession, sources: list[Source], opts: Options,
+                 ) -> tuple[DataFrame, list[SourceFrame], Blocks]:
+    """Read and check every source; return all records as one DataFrame (RECORD_COLUMNS)."""
+    _check_names(sources)
+    frames = [read_source(spark, src, i) for i, src in enumerate(sources)]
+    blocks = scan(spark, frames, opts)
+    records = None
+    for frame in frames:
+        df = number_rows(spark, frame, blocks)
+        records = df if records is None else records.unionByName(df)
+    return records, frames, blocks
+
+
+def _check_names(sources: list[Source]) -> None:
+    if not sources:
+        raise LeakcheckError(errors.USAGE, "no datasets given", "add -d NAME[:SPLIT]=SOURCE")
