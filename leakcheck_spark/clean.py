@@ -21,7 +21,7 @@ from leakcheck_spark.audit import Timer, spark_action
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.normalize import with_keys
 from leakcheck_spark.options import Options, Source
-from leakcheck_spark.sources import LINE_FORMATS, number_rows, read_source, scan
+from leakcheck_spark.sources import LINE_FORMATS, number_rows, original_column, read_source, scan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -235,7 +235,8 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame) -> Data
     if result.input_format == "txt":
         return kept.select(F.col("raw").alias("text"))
     if result.input_format not in LINE_FORMATS and result.input_format != "json":
-        return kept.select(*[F.col(f"`{c}`") for c in result.original_columns])
+        return kept.select(*[F.col(original_column(i)).alias(c)
+                             for i, c in enumerate(result.original_columns)])
     aside = os.path.join(outputs.local_path(_scratch(spark)), f"lc-json-{time.time_ns()}")
     kept.select("raw").write.text(outputs.spark_uri(aside))
     return spark.read.json(outputs.spark_uri(aside))

@@ -215,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
     log = logging.getLogger("leakcheck_spark")
+    # PySpark logs a JVM stack trace for every analysis error before raising it; the error is
+    # reported here as one line instead.
+    logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:

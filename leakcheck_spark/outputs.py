@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
+from leakcheck_spark.sources import CSV_DIALECT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -83,7 +84,7 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
         ])
     writer = df.write.mode("errorifexists")
     if fmt == "csv":
-        writer.option("header", True).csv(spark_uri(path))
+        writer.options(header=True, **CSV_DIALECT).csv(spark_uri(path))
     elif fmt == "json":
         writer.json(spark_uri(path))
     else:
@@ -103,7 +104,7 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
         if text_column is not None:
             writer.text(spark_uri(tmp_dir))
         elif fmt == "csv":
-            writer.option("header", True).csv(spark_uri(tmp_dir))
+            writer.options(header=True, **CSV_DIALECT).csv(spark_uri(tmp_dir))
         elif fmt == "json":
             writer.json(spark_uri(tmp_dir))
         else:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Iterable
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+_LOCAL_SHUFFLE_PARTITIONS = 16
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 
 # Settings a session we build gets unless the user sets them: a quiet console and Arrow on.
@@ -59,6 +60,8 @@ def get_session(
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
+        # Spark's 200 shuffle partitions suit a cluster; on one machine they are mostly overhead.
+        builder = builder.config("spark.sql.shuffle.partitions", str(_LOCAL_SHUFFLE_PARTITIONS))
     if not launched_by_submit and _LOG4J.exists():
         java_opt = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()}"
         builder = builder.config("spark.driver.extraJavaOptions", java_opt).config(

@@ -47,6 +47,9 @@ EXTENSIONS = {
     ".parquet": "parquet", ".txt": "txt",
 }
 LINE_FORMATS = ("jsonl", "txt")
+# RFC 4180 quoting ("" inside quotes), as Python's csv module and pandas read and write it;
+# Spark's own default escapes with a backslash.
+CSV_DIALECT = {"quote": '"', "escape": '"'}
 TABULAR_FORMATS = ("csv", "parquet")
 
 # Columns every parse stage produces, besides a tabular source's own columns.
@@ -352,7 +355,8 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
     if fmt == "csv":
         # multiLine: quoted newlines are part of a value; all values stay strings, as in the file.
-        df = spark.read.options(header=True, multiLine=True, encoding="UTF-8").csv(files)
+        df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
+                                **CSV_DIALECT).csv(files)
         df = df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
     else:
         df = spark.read.parquet(*files)
@@ -377,19 +381,24 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
             "not a string",
         )
 
-    orig = [F.col(f"`{c}`") for c in columns]
-    seq = F.monotonically_increasing_id()
+    # The table's own columns travel under internal names (a user column may be called "split"
+    # or "id"); `original_column` gives them back their names when kept rows are written.
+    orig = [F.col(f"`{c}`").alias(original_column(i)) for i, c in enumerate(columns)]
+    internal = [original_column(i) for i in range(len(columns))]
     df = df.select(
         *orig,
         F.col("_metadata.file_path").alias("_lc_file"),
         F.col("_metadata.file_block_start").alias("_lc_block"),
-    ).withColumn("_lc_seq", seq).withColumn("_lc_line", F.col("_lc_seq"))
+    ).withColumn("_lc_seq", F.monotonically_increasing_id()).withColumn("_lc_line", F.col("_lc_seq"))
+
+    def col(name: str):  # noqa: ANN202 - a Column
+        return F.col(original_column(columns.index(name)))
 
     null_str = F.lit(None).cast("string")
-    text = F.col(f"`{src.text_field}`").cast("string")
+    text = col(src.text_field).cast("string")
     if src.id_field:
         id_type = schema[src.id_field]
-        ident = F.col(f"`{src.id_field}`").cast("string")
+        ident = col(src.id_field).cast("string")
         if isinstance(id_type, T.IntegralType):
             id_int = F.lit(True)
         elif fmt == "csv":
@@ -405,21 +414,26 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         ident, id_int, err = null_str, F.lit(False), null_str
     if src.label_field:
         kind = _label_kind(schema[src.label_field])
-        raw_label = F.col(f"`{src.label_field}`").cast("string")
+        raw_label = col(src.label_field).cast("string")
         canon = series_udf(lambda s: canonical_label_series(s, kind), "string")(raw_label)
         label, has_label = raw_label, raw_label.isNotNull()
     else:
         label, canon, has_label = null_str, null_str, F.lit(False)
     if src.split_field and src.split is None:
-        split, has_split = F.col(f"`{src.split_field}`").cast("string"), F.lit(True)
+        split, has_split = col(src.split_field).cast("string"), F.lit(True)
     else:
         split, has_split = null_str, F.lit(False)
     return df.select(
-        *orig, "_lc_file", "_lc_block", "_lc_line", "_lc_seq",
+        *internal, "_lc_file", "_lc_block", "_lc_line", "_lc_seq",
         split.alias("split"), ident.alias("id"), id_int.alias("id_int"), text.alias("text"),
         label.alias("label"), canon.alias("label_canon"), has_label.alias("has_label"),
         has_split.alias("has_split"), err.alias("_lc_err"), null_str.alias("raw"),
     )
+
+
+def original_column(i: int) -> str:
+    """The internal name of a table's i-th own column."""
+    return f"_lc_o{i}"
 
 
 def _label_kind(data_type: object) -> str:
@@ -552,7 +566,7 @@ def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,
         keep = list(extra)
         if "originals" in keep:
             keep.remove("originals")
-            keep += [f"`{c}`" for c in frame.original_columns.get(fmt, [])]
+            keep += [original_column(i) for i in range(len(frame.original_columns.get(fmt, [])))]
         df = (
             part.where(F.col("_lc_seq").isNotNull())
             .join(F.broadcast(table), ["_lc_file", "_lc_block"])

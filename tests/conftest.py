@@ -1,0 +1,63 @@
+"""The one session-scoped SparkSession, and helpers to write real input files."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from leakcheck_spark.session import get_session
+
+    session = get_session(
+        "local[2]",
+        conf=[("spark.ui.enabled", "false"), ("spark.sql.shuffle.partitions", "3"),
+              ("spark.default.parallelism", "2")],
+        app_name="leakcheck-spark-tests",
+    )
+    yield session
+    session.stop()
+
+
+@contextlib.contextmanager
+def spark_conf(spark, **settings):
+    """Set Spark SQL settings for a block and restore them afterwards."""
+    old = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, str(v))
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def cli(spark, capsys):
+    """Run the CLI in-process: returns (exit code, stdout, stderr)."""
+    from leakcheck_spark.cli import main
+
+    def run(*argv: str):
+        code = main([str(a) for a in argv])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run

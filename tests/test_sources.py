@@ -1,0 +1,130 @@
+"""Reading sources into records: every format, ids, splits, overrides (real files, real Spark)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from chispa import assert_df_equality
+from conftest import spark_conf, write_jsonl
+
+from leakcheck_spark import Options, Source
+from leakcheck_spark.sources import file_format, read_records
+
+COLS = ["dataset", "split", "group", "id", "row", "text", "label", "label_canon"]
+SCHEMA_INT = ("dataset string, split string, group string, id long, row long, text string, "
+              "label string, label_canon string")
+SCHEMA_STR = SCHEMA_INT.replace("id long", "id string")
+
+
+def records(spark, sources, **opts):
+    df, _, _ = read_records(spark, sources, Options(**opts))
+    return df.select(*COLS)
+
+
+def test_file_format():
+    assert file_format("x/a.ndjson.GZ") == "jsonl"
+    assert file_format("a.json") == "json"
+    assert file_format("a.csv.gz") == "csv"
+    assert file_format("a.txt") == "txt"
+    assert file_format("a.parquet.gz") is None
+    assert file_format("a.xml") is None
+
+
+def test_jsonl_row_index_ids_over_glob_in_path_order(spark, tmp_path):
+    # Files are read in path order (b before c), whatever order the glob lists them in; blank
+    # lines are not rows; the row index runs on across the files of the dataset.
+    write_jsonl(tmp_path / "c.jsonl", [{"t": "c0"}, {"t": "c1"}])
+    (tmp_path / "b.jsonl").write_text('{"t": "b0"}\n\n{"t": "b1"}\r\n', encoding="utf-8")
+    src = Source("d", str(tmp_path / "*.jsonl"), split="train", text_field="t")
+    expected = spark.createDataFrame(
+        [("d", "train", "d/train", i, i, t, None, None)
+         for i, t in enumerate(["b0", "b1", "c0", "c1"])], SCHEMA_INT)
+    with spark_conf(spark, **{"spark.sql.files.maxPartitionBytes": "8",
+                              "spark.sql.files.openCostInBytes": "0"}):
+        assert_df_equality(records(spark, [src]), expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_row_index_continues_across_sources_of_one_dataset(spark, tmp_path):
+    write_jsonl(tmp_path / "train.jsonl", [{"t": "x"}, {"t": "y"}])
+    write_jsonl(tmp_path / "test.jsonl", [{"t": "z"}])
+    srcs = [Source("d", str(tmp_path / "train.jsonl"), split="train", text_field="t"),
+            Source("d", str(tmp_path / "test.jsonl"), split="test", text_field="t"),
+            Source("e", str(tmp_path / "test.jsonl"), split="test", text_field="t")]
+    expected = spark.createDataFrame([
+        ("d", "train", "d/train", 0, 0, "x", None, None),
+        ("d", "train", "d/train", 1, 1, "y", None, None),
+        ("d", "test", "d/test", 2, 2, "z", None, None),
+        ("e", "test", "e/test", 0, 0, "z", None, None),
+    ], SCHEMA_INT)
+    assert_df_equality(records(spark, srcs), expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_every_format_gives_the_same_records(spark, tmp_path):
+    rows = [{"id": "r1", "func": "int a;", "target": 1, "split": "train"},
+            {"id": "r2", "func": None, "target": False, "split": "test"},
+            {"id": "r3", "func": "x\ny, \"q\"", "target": "yes", "split": "train"}]
+    write_jsonl(tmp_path / "a.jsonl", rows)
+    with gzip.open(tmp_path / "a.ndjson.gz", "wt", encoding="utf-8") as fh:
+        fh.write("\ufeff" + "".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "a.json").write_text(json.dumps(rows), encoding="utf-8")
+    header = "id,func,target,split\n"
+    (tmp_path / "a.csv").write_text(
+        header + 'r1,int a;,1,train\nr2,,false,test\nr3,"x\ny, ""q""",yes,train\n', encoding="utf-8")
+    pq.write_table(pa.table({"id": ["r1", "r2", "r3"], "func": ["int a;", None, 'x\ny, "q"'],
+                             "target": ["1", "false", "yes"],
+                             "split": ["train", "test", "train"]}), tmp_path / "a.parquet")
+    expected = spark.createDataFrame([
+        ("d", "train", "d/train", "r1", 0, "int a;", "1", "1"),
+        ("d", "test", "d/test", "r2", 1, None, "false", "0"),
+        ("d", "train", "d/train", "r3", 2, 'x\ny, "q"', "yes", "yes"),
+    ], SCHEMA_STR)
+    for name in ("a.jsonl", "a.ndjson.gz", "a.json", "a.csv", "a.parquet"):
+        src = Source("d", str(tmp_path / name), text_field="func", label_field="target",
+                     split_field="split", id_field="id")
+        got = records(spark, [src])
+        if name in ("a.csv", "a.parquet"):  # typed as strings there: displayed as written
+            got = got.replace({"false": "false"}, subset=["label"])
+        else:  # JSON labels: 1 and false are shown as JSON
+            expected_json = expected.replace({"false": "false"}, subset=["label"])
+            assert_df_equality(got, expected_json, ignore_row_order=True, ignore_nullable=True)
+            continue
+        assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_txt_lines_and_max_rows(spark, tmp_path):
+    (tmp_path / "a.txt").write_text("one\n\ntwo\r\nthree\nfour\n", encoding="utf-8")
+    src = Source("t", str(tmp_path / "a.txt"))
+    expected = spark.createDataFrame(
+        [("t", "all", "t/all", i, i, s, None, None) for i, s in enumerate(["one", "two", "three"])],
+        SCHEMA_INT)
+    assert_df_equality(records(spark, [src], max_rows=3), expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_integer_ids_stay_integers_and_typed_labels_canonicalise(spark, tmp_path):
+    pq.write_table(pa.table({"idx": pa.array([7, 3], pa.int64()), "code": ["a", "b"],
+                             "ok": pa.array([True, False])}), tmp_path / "p.parquet")
+    src = Source("p", str(tmp_path / "p.parquet"), split="s", text_field="code", id_field="idx",
+                 label_field="ok")
+    expected = spark.createDataFrame([("p", "s", "p/s", 7, 0, "a", "true", "1"),
+                                      ("p", "s", "p/s", 3, 1, "b", "false", "0")], SCHEMA_INT)
+    assert_df_equality(records(spark, [src]), expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_directory_reads_supported_files_below_it(spark, tmp_path):
+    write_jsonl(tmp_path / "d" / "x" / "1.jsonl", [{"t": "a"}])
+    write_jsonl(tmp_path / "d" / "2.jsonl", [{"t": "b"}])
+    (tmp_path / "d" / "notes.md").write_text("ignored")
+    src = Source("d", str(tmp_path / "d"), split="s", text_field="t")
+    got = sorted((r.id, r.text) for r in records(spark, [src]).collect())
+    assert got == [(0, "b"), (1, "a")]  # "2.jsonl" sorts before "x/1.jsonl"
+
+
+@pytest.mark.parametrize("label,expect", [("target", ["1", "0"]), (None, [None, None])])
+def test_label_field_can_be_switched_off(spark, tmp_path, label, expect):
+    write_jsonl(tmp_path / "a.jsonl", [{"t": "a", "target": True}, {"t": "b", "target": 0}])
+    src = Source("d", str(tmp_path / "a.jsonl"), text_field="t", label_field=label)
+    assert [r.label_canon for r in records(spark, [src]).orderBy("row").collect()] == expect
