@@ -1,4 +1,4 @@
-"""spark-submit entry point for ``leakcheck-spark audit``.
+r"""spark-submit entry point for ``leakcheck-spark audit``.
 
     spark-submit --master spark://HOST:7077 --py-files dist/leakcheck_spark-0.1.0-py3-none-any.whl \
         jobs/audit.py -d primevul:train=s3a://bucket/pv_train.jsonl \

@@ -1,4 +1,4 @@
-"""spark-submit entry point for ``leakcheck-spark clean``.
+r"""spark-submit entry point for ``leakcheck-spark clean``.
 
     spark-submit --master spark://HOST:7077 --py-files dist/leakcheck_spark-0.1.0-py3-none-any.whl \
         jobs/clean.py --test diversevul:test=s3a://bucket/dv_test.jsonl \

@@ -1,0 +1,157 @@
+"""The audit end to end on planted leaks: report, overlaps, conflicts, determinism."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from chispa import assert_df_equality
+from conftest import spark_conf, write_jsonl
+
+from leakcheck_spark import Options, Source, audit
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """a/train, a/test (row-index ids) and b/test (string ids, parquet), with known leaks."""
+    write_jsonl(tmp_path / "a_train.jsonl", [
+        {"func": "int f(){return 1;}", "target": 1},          # 0  f
+        {"func": "int g(){return 2;}", "target": 0},          # 1  g
+        {"func": "int  f() {\n return 1; }", "target": 0},   # 2  f again, other label
+        {"func": "   ", "target": 1},                         # 3  empty after normalising
+        {"func": None, "target": 0},                          # 4  null: empty
+    ])
+    write_jsonl(tmp_path / "a_test.jsonl", [
+        {"func": "int g() {return 2;}", "target": 0},         # 5  g
+        {"func": "int h(){return 3;}", "target": 1},          # 6  h
+    ])
+    pq.write_table(pa.table({
+        "uid": ["x1", "x2", "x3"],
+        "code": ["int h(){ return 3; }", "int k(){return 4;}", "int g(){return 2;}"],
+        "lab": ["true", "no", " 0 "],   # canonically 1, "no", 0: agree with a's labels
+    }), tmp_path / "b_test.parquet")
+    return [
+        Source("a", str(tmp_path / "a_train.jsonl"), split="train", text_field="func",
+               label_field="target"),
+        Source("a", str(tmp_path / "a_test.jsonl"), split="test", text_field="func",
+               label_field="target"),
+        Source("b", str(tmp_path / "b_test.parquet"), split="test", text_field="code",
+               id_field="uid", label_field="lab"),
+    ]
+
+
+def c(count, total):
+    return {"count": count, "fraction": count / total}
+
+
+def test_planted_report(spark, planted):
+    res = audit(planted, Options(), spark=spark)
+    report = res.to_dict()
+    assert report["schema"] == "leakcheck-spark/report/v1"
+    assert report["groups"] == {"a/test": {"records": 2, "empty": 0},
+                                "a/train": {"records": 5, "empty": 2},
+                                "b/test": {"records": 3, "empty": 0}}
+    assert report["split_matrix"] == {
+        "a/test": {"a/test": c(0, 2), "a/train": c(1, 2), "b/test": c(2, 2)},
+        "a/train": {"a/test": c(1, 5), "a/train": c(2, 5), "b/test": c(1, 5)},
+        "b/test": {"a/test": c(2, 3), "a/train": c(1, 3), "b/test": c(0, 3)},
+    }
+    assert report["dataset_matrix"] == {
+        "a": {"a": c(2, 7), "b": c(3, 7)},
+        "b": {"a": c(2, 3), "b": c(0, 3)},
+    }
+    schema = ("from string, id string, to string, match_ids array<string>, match string, "
+              "similarity double")
+    expected = spark.createDataFrame([
+        ("a/train", "1", "a/test", ["5"], "exact", 1.0),
+        ("a/train", "1", "b/test", ["x3"], "exact", 1.0),
+        ("a/test", "5", "a/train", ["1"], "exact", 1.0),
+        ("a/test", "5", "b/test", ["x3"], "exact", 1.0),
+        ("a/test", "6", "b/test", ["x1"], "exact", 1.0),
+        ("b/test", "x1", "a/test", ["6"], "exact", 1.0),
+        ("b/test", "x3", "a/train", ["1"], "exact", 1.0),
+        ("b/test", "x3", "a/test", ["5"], "exact", 1.0),
+    ], schema)
+    assert_df_equality(res.overlaps, expected, ignore_row_order=True, ignore_nullable=True)
+    assert report["overlaps"]["count"] == 8
+    assert report["overlaps"]["sample"][0] == {
+        "from": "a/test", "id": "5", "to": "a/train", "match_ids": ["1"], "match": "exact",
+        "similarity": 1.0}
+    # Only f conflicts (1 vs 0 in a/train); g is 0 / 0 / " 0 ", h is 1 / "true".
+    conflicts = [r.asDict(recursive=True) for r in res.label_conflicts.collect()]
+    assert [(x["text"], x["labels"], x["members"]) for x in conflicts] == [
+        ("int f(){return 1;}", ["0", "1"], [
+            {"group": "a/train", "id": "0", "label": "1"},
+            {"group": "a/train", "id": "2", "label": "0"}])]
+    assert len(conflicts[0]["key"]) == 32
+
+
+def test_match_ids_are_the_five_smallest_and_ids_stay_integers(spark, tmp_path):
+    write_jsonl(tmp_path / "tr.jsonl", [{"t": "same", "i": i} for i in (9, 3, 12, 7, 1, 5, 30)])
+    write_jsonl(tmp_path / "te.jsonl", [{"t": "s a m e", "i": 100}])
+    srcs = [Source("d", str(tmp_path / "tr.jsonl"), split="train", text_field="t", id_field="i"),
+            Source("d", str(tmp_path / "te.jsonl"), split="test", text_field="t", id_field="i")]
+    res = audit(srcs, Options(), spark=spark)
+    row = res.overlaps.where("id = 100").collect()
+    assert [(r.to, r.match_ids) for r in row] == [("d/train", [1, 3, 5, 7, 9])]
+    assert res.split_matrix["d/train"]["d/train"] == c(7, 7)
+    assert res.dataset_matrix["d"]["d"] == c(8, 8)
+
+
+@pytest.mark.parametrize("normalizer,lang,expected", [
+    ("exact", "c", 0), ("whitespace", "c", 0), ("code", "c", 2), ("code", "auto", 2)])
+def test_normalizers_decide_what_matches(spark, tmp_path, normalizer, lang, expected):
+    write_jsonl(tmp_path / "a.jsonl", [{"t": "int x = 1; // one"},
+                                        {"t": "def f():\n    return 'a#b'  # note"}])
+    write_jsonl(tmp_path / "b.jsonl", [{"t": "int x=1;"}, {"t": "def f(): return 'a#b'"}])
+    srcs = [Source("a", str(tmp_path / "a.jsonl"), text_field="t"),
+            Source("b", str(tmp_path / "b.jsonl"), text_field="t")]
+    res = audit(srcs, Options(normalizer=normalizer, lang=lang), spark=spark)
+    # auto picks python for the second text (a '#' comment), c for the first.
+    got = res.split_matrix["a/all"]["b/all"]["count"]
+    if (normalizer, lang) == ("code", "c"):
+        expected = 1   # '#' is not a C comment
+    assert got == expected
+
+
+def test_max_chars_truncates_before_normalising(spark, tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", [{"t": "abc def XYZ"}])
+    write_jsonl(tmp_path / "b.jsonl", [{"t": "abcdef QRS"}])
+    srcs = [Source("a", str(tmp_path / "a.jsonl"), text_field="t"),
+            Source("b", str(tmp_path / "b.jsonl"), text_field="t")]
+    assert audit(srcs, Options(max_chars=7), spark=spark).overlap_count == 2
+    assert audit(srcs, Options(), spark=spark).overlap_count == 0
+
+
+def test_same_report_on_any_partitioning(spark, tmp_path):
+    rnd = random.Random(7)
+    pool = [f"int f{i}(int x) {{ return x * {i}; }}" for i in range(40)]
+    for name in ("p1", "p2", "p3"):
+        write_jsonl(tmp_path / "tr" / f"{name}.jsonl",
+                    [{"f": rnd.choice(pool), "y": rnd.randint(0, 1)} for _ in range(60)])
+    write_jsonl(tmp_path / "te.jsonl", [{"f": rnd.choice(pool) + " ", "y": rnd.randint(0, 1)}
+                                        for _ in range(50)])
+    srcs = [Source("d", str(tmp_path / "tr" / "*.jsonl"), split="train", text_field="f",
+                   label_field="y"),
+            Source("d", str(tmp_path / "te.jsonl"), split="test", text_field="f",
+                   label_field="y")]
+
+    def run():
+        res = audit(srcs, Options(), spark=spark)
+        rep = res.to_dict()
+        rep.pop("timings")
+        overlaps = sorted(tuple(r) for r in res.overlaps.collect())
+        conflicts = sorted(str(r) for r in res.label_conflicts.collect())
+        return rep, overlaps, conflicts
+
+    with spark_conf(spark, **{"spark.sql.shuffle.partitions": 1}):
+        one = run()
+    with spark_conf(spark, **{"spark.sql.shuffle.partitions": 8,
+                              "spark.sql.files.maxPartitionBytes": 500,
+                              "spark.sql.files.openCostInBytes": 0,
+                              "spark.sql.adaptive.enabled": "false"}):
+        eight = run()
+    assert one == eight
+    assert one[0]["overlaps"]["count"] > 0 and one[2]

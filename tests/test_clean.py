@@ -1,0 +1,93 @@
+"""clean: kept rows as read (byte-identical JSONL), reasons, --dedup, --drop-conflicts, report."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from conftest import write_jsonl
+
+
+def test_clean_jsonl_byte_identical_with_every_reason(cli, tmp_path):
+    test_lines = [
+        '{"id": 1, "func": "int a(){}", "label": 0}',            # against (in train)
+        '{"func": "int b(){}",   "id": 2, "label": 1}',           # kept
+        '{"id": 3, "func": "int  b() {}", "label": 1}\r',        # duplicate of 2 (CRLF line)
+        '{"id": 4, "func": "int c(){}", "label": "1"}',           # conflict: 7 says 0
+        '{"id": 5, "func": "int e(){}", "label": true}',          # kept
+        '{"id": 6, "func": "", "label": 0}',                      # empty: kept
+        '{"id": 7, "func": "int c(){}", "label": 0}',             # duplicate of 4
+    ]
+    (tmp_path / "test.jsonl").write_text("\n".join(test_lines) + "\n", encoding="utf-8")
+    write_jsonl(tmp_path / "train.jsonl", [
+        {"id": 10, "func": "int a() {}", "label": 0}, {"id": 11, "func": "int d(){}", "label": 0},
+        {"id": 12, "func": "int z(){}", "label": " 1"}])
+    out = tmp_path / "clean.jsonl"
+    report = tmp_path / "dropped.json"
+    code, stdout, _ = cli("clean", "--test", f"t:test={tmp_path / 'test.jsonl'}",
+                          "--against", f"tr:train={tmp_path / 'train.jsonl'}",
+                          "--text-field", "func", "--label-field", "label", "--id-field", "id",
+                          "--dedup", "--drop-conflicts", "--out", out, "--report", report)
+    assert code == 0
+    assert "kept 3, dropped 4 (against 1, duplicate 2, conflict 1)" in stdout
+    kept = out.read_bytes().decode("utf-8").split("\n")
+    assert kept == [test_lines[1], test_lines[4], test_lines[5], ""]
+    rep = json.loads(report.read_text())
+    assert rep["kept"] == 3 and rep["dropped"] == 4
+    assert rep["dropped_records"] == [
+        {"id": 1, "reason": "against", "match_ids": [10]},
+        {"id": 3, "reason": "duplicate", "match_ids": [2]},
+        {"id": 4, "reason": "conflict", "match_ids": [7]},
+        {"id": 7, "reason": "duplicate", "match_ids": [4]},
+    ]
+
+
+def test_clean_without_dedup_keeps_repeats(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [{"f": "x"}, {"f": "x"}, {"f": "y"}])
+    write_jsonl(tmp_path / "a.jsonl", [{"f": "y"}])
+    out = tmp_path / "o.jsonl"
+    code, stdout, _ = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                          f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--out", out)
+    assert code == 0 and "kept 2, dropped 1 (against 1)" in stdout
+    assert out.read_text() == '{"f": "x"}\n{"f": "x"}\n'
+
+
+def test_clean_csv_keeps_columns_and_values(cli, tmp_path):
+    rows = [["id", "text", "note"], ["1", 'say "hi"\nthere', "a,b"], ["2", "leak", ""],
+            ["3", "fine", "z"]]
+    with open(tmp_path / "t.csv", "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows(rows)
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    out = tmp_path / "o.csv"
+    code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.csv'}", "--against",
+                     f"a={tmp_path / 'a.txt'}", "--text-field", "text", "--out", out)
+    assert code == 0
+    with open(out, newline="", encoding="utf-8") as fh:
+        assert list(csv.reader(fh)) == [rows[0], rows[1], rows[3]]
+
+
+def test_clean_parquet_keeps_schema_and_order(cli, tmp_path):
+    table = pa.table({"k": pa.array([5, 4, 3, 2, 1], pa.int32()),
+                      "src": ["a", "b", "leak", "c", "d"], "y": [True, False, True, None, False]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    out = tmp_path / "o.parquet"
+    code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.parquet'}", "--against",
+                     f"a={tmp_path / 'a.txt'}", "--text-field", "src", "--out", out)
+    assert code == 0
+    got = pq.read_table(out)
+    assert got.schema.names == table.schema.names
+    assert [f.type for f in got.schema] == [f.type for f in table.schema]
+    assert got.to_pylist() == [r for r in table.to_pylist() if r["src"] != "leak"]
+
+
+def test_clean_to_a_directory_in_format(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [{"f": "x", "n": 1}, {"f": "y", "n": 2}])
+    write_jsonl(tmp_path / "a.jsonl", [{"f": "y"}])
+    out = tmp_path / "outdir"
+    code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                     f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--out", out)
+    assert code == 0
+    assert pq.read_table(out).to_pylist() == [{"f": "x", "n": 1}]
