@@ -31,12 +31,11 @@ OVERRIDE_KEYS = ("text", "label", "split", "id", "config", "hf_split")
 class _Parser(argparse.ArgumentParser):
     """argparse that raises LC_E_USAGE instead of printing usage and exiting 2 itself."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise LeakcheckError(errors.USAGE, message, f"run '{PROG} {self._cmd} --help'")
+    command = ""  # set by main() so that errors raised by the top parser name the command
 
-    @property
-    def _cmd(self) -> str:
-        return self.prog.split()[-1] if " " in self.prog else ""
+    def error(self, message: str) -> None:  # type: ignore[override]
+        cmd = f"{PROG} {self.command} --help" if self.command else f"{PROG} --help"
+        raise LeakcheckError(errors.USAGE, message, f"run '{cmd}'")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,8 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(c)
 
     for name, what in LATER.items():
-        later = sub.add_parser(name, allow_abbrev=False, help=f"{what} (not available yet)")
-        later.add_argument("rest", nargs=argparse.REMAINDER)
+        sub.add_parser(name, allow_abbrev=False, help=f"{what} (not available yet)")
     return top
 
 
@@ -167,9 +165,6 @@ def run(args: argparse.Namespace) -> int:
     """Run a parsed command; returns the exit code.  Raises LeakcheckError."""
     from leakcheck_spark.session import get_session
 
-    if args.command in LATER:
-        raise LeakcheckError(errors.USAGE, f"'{args.command}' ({LATER[args.command]}) is not "
-                             "available yet in this version", "use 'audit' or 'clean'")
     options = build_options(args)
     if args.command == "audit":
         if not args.datasets:
@@ -219,6 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # reported here as one line instead.
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
     try:
+        if argv and argv[0] in LATER:
+            raise LeakcheckError(errors.USAGE, f"'{argv[0]}' ({LATER[argv[0]]}) is not "
+                                 "available yet in this version", "use 'audit' or 'clean'")
+        _Parser.command = argv[0] if argv and argv[0] in ("audit", "clean") else ""
         args = build_parser().parse_args(argv)
         if args.command is None:
             build_parser().print_help(sys.stderr)

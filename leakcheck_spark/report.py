@@ -62,7 +62,7 @@ def render(report: dict, top: int = 10) -> str:
         if ov["count"] > len(rows):
             lines.append(f"  ... {ov['count'] - len(rows):,} more (full list: OUT/overlaps/)")
     lc = report["label_conflicts"]
-    lines += ["", f"label conflicts: {lc['count']:,} texts carry different labels"]
+    lines += ["", f"label conflicts: {lc['count']:,} normalised text(s) carry different labels"]
     return "\n".join(lines)
 
 

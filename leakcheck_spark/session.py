@@ -71,7 +71,11 @@ def get_session(
         builder = builder.config(key, value)
     for key, value in conf:
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    if launched_by_submit:
+        # spark-submit's JVM logs at INFO (thousands of lines); keep a job's output readable.
+        session.sparkContext.setLogLevel("WARN")
+    return session
 
 
 def _submit_conf() -> dict:

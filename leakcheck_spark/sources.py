@@ -119,7 +119,8 @@ def list_files(spark: SparkSession, src: Source) -> list[tuple[str, str]]:
             "inputs are .jsonl/.ndjson, .json, .csv, .parquet or .txt, optionally .gz",
         )
     if not supported:
-        raise LeakcheckError(errors.EMPTY_INPUT, f"no supported input files in {path} ({src.label})")
+        raise LeakcheckError(errors.EMPTY_INPUT,
+                             f"no records in {src.label}: no non-empty supported input files")
     return supported
 
 
@@ -271,7 +272,8 @@ def parse_json_lists(
             for i, obj in enumerate(items):
                 raw = json.dumps(obj, ensure_ascii=False) if keep_raw else None
                 _append(out, file, 0, i, i, parse_object(obj, src), raw)
-            yield pd.DataFrame(out)
+            if items:  # an empty list has no rows (and an empty frame no column types)
+                yield pd.DataFrame(out)
 
 
 def _append(out: dict, file: str, block: int, line: int, seq: int | None, fields: tuple,

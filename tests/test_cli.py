@@ -1,0 +1,166 @@
+"""The CLI through main([...]): outputs, exit codes, and every error code of SPEC section 9."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import write_jsonl
+
+from leakcheck_spark.normalize import NORMALIZERS  # noqa: F401 - import works without Spark
+
+LINE = re.compile(r"^leakcheck-spark: error \[(LC_E_[A-Z_]+)\]: .+ \(hint: .+\)$")
+
+
+@pytest.fixture
+def data(tmp_path):
+    write_jsonl(tmp_path / "train.jsonl", [{"func": "int a(){}", "y": 1}, {"func": "int b(){}", "y": 0}])
+    write_jsonl(tmp_path / "test.jsonl", [{"func": "int a() {}", "y": 0}, {"func": "int c(){}", "y": 1}])
+    return tmp_path
+
+
+def error_code(stderr: str) -> str:
+    lines = [ln for ln in stderr.strip().splitlines() if ln.startswith("leakcheck-spark: error")]
+    assert len(lines) == 1, stderr
+    m = LINE.match(lines[0])
+    assert m, lines[0]
+    assert "Traceback" not in stderr and "\tat org." not in stderr
+    return m.group(1)
+
+
+def test_audit_out_dir_json_and_fail_on_overlap(cli, data):
+    out = data / "report"
+    code, stdout, _ = cli("audit", "-d", f"p:train={data / 'train.jsonl'}",
+                          "-d", f"p:test={data / 'test.jsonl'}", "--text-field", "func",
+                          "--label-field", "y", "--out-dir", out, "--json", "-",
+                          "--fail-on-overlap")
+    assert code == 1
+    report = json.loads(stdout)
+    assert report == json.loads((out / "report.json").read_text())
+    assert report["split_matrix"]["p/test"]["p/train"] == {"count": 1, "fraction": 0.5}
+    assert report["label_conflicts"]["count"] == 1
+    assert pq.read_table(out / "overlaps").num_rows == 2
+    assert pq.read_table(out / "label_conflicts").num_rows == 1
+    assert not [p for p in data.iterdir() if ".lc-tmp" in p.name]
+
+
+def test_audit_terminal_summary_and_csv_format(cli, data):
+    out = data / "r"
+    code, stdout, stderr = cli("audit", "-d", f"p={data / 'train.jsonl'}", "-d",
+                               f"q={data / 'test.jsonl'}", "--text-field", "func",
+                               "--format", "csv", "--out-dir", out)
+    assert code == 0
+    assert "p/all" in stdout and "1 (50.0%)" in stdout
+    assert "read 2 sources: 4 records" in stderr
+    rows = (next(out.glob("overlaps/part-*.csv"))).read_text().splitlines()
+    assert rows[0] == "from,id,to,match_ids,match,similarity"
+
+
+def test_quiet_silences_progress(cli, data):
+    code, _, stderr = cli("audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func",
+                          "--quiet")
+    assert code == 0 and "read " not in stderr
+
+
+def bad_gz(d):
+    (d / "x.jsonl.gz").write_bytes(b"not gzip at all")
+    return f"x={d / 'x.jsonl.gz'}"
+
+
+def bad_jsonl(d):
+    (d / "x.jsonl").write_text('{"func": "a"}\n\n{"func": "b",}\n', encoding="utf-8")
+    return f"x={d / 'x.jsonl'}"
+
+
+def bad_parquet(d):
+    (d / "x.parquet").write_bytes(b"PAR1 garbage")
+    return f"x={d / 'x.parquet'}"
+
+
+def bad_utf8(d):
+    (d / "x.jsonl").write_bytes(b'{"func": "\xff"}\n')
+    return f"x={d / 'x.jsonl'}"
+
+
+def not_object(d):
+    (d / "x.jsonl").write_text('{"func": "a"}\n[1, 2]\n', encoding="utf-8")
+    return f"x={d / 'x.jsonl'}"
+
+
+def write(name, text):
+    def make(d):
+        (d / name).write_text(text, encoding="utf-8")
+        return f"x={d / name}"
+    return make
+
+
+@pytest.mark.parametrize("make,extra,code,needle", [
+    (write("x.jsonl", ""), [], "LC_E_EMPTY_INPUT", "no records"),
+    (write("x.jsonl", "\n  \n"), [], "LC_E_EMPTY_INPUT", "no records"),
+    (write("x.json", "[]"), [], "LC_E_EMPTY_INPUT", "no records"),
+    (write("x.csv", "func,y\n"), [], "LC_E_EMPTY_INPUT", "no records"),
+    (write("x.jsonl", '{"func": 3}\n'), [], "LC_E_BAD_VALUE", "line 1 of"),
+    (write("x.jsonl", '{"code": "a"}\n'), [], "LC_E_MISSING_FIELD", "fields present: code"),
+    (write("x.jsonl", '{"func": "a"}\n'), ["--label-field", "lab"], "LC_E_MISSING_FIELD",
+     "present in no row"),
+    (write("x.jsonl", '{"func": "a"}\n'), ["--id-field", "idx"], "LC_E_MISSING_FIELD", "idx"),
+    (write("x.csv", "code\na\n"), [], "LC_E_MISSING_FIELD", "'func'"),
+    (bad_jsonl, [], "LC_E_BAD_FORMAT", "line 3 of"),
+    (not_object, [], "LC_E_BAD_FORMAT", "line 2 of"),
+    (bad_utf8, [], "LC_E_BAD_FORMAT", "invalid UTF-8"),
+    (bad_gz, [], "LC_E_BAD_FORMAT", "x.jsonl.gz"),
+    (bad_parquet, [], "LC_E_BAD_FORMAT", "x.parquet"),
+    (write("x.xml", "<a/>"), [], "LC_E_BAD_FORMAT", "unsupported"),
+    (lambda d: f"x={d / 'missing.jsonl'}", [], "LC_E_IO", "missing.jsonl"),
+    (lambda d: "no-equals-sign", [], "LC_E_BAD_SPEC", "bad dataset spec"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["-o", "nope.id=i"], "LC_E_BAD_SPEC", "'nope'"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--near"], "LC_E_USAGE", "not available yet"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--threshold", "1.5"], "LC_E_USAGE", "--threshold"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--max-chars", "0"], "LC_E_USAGE", "--max-chars"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--max-rows", "-1"], "LC_E_USAGE", "--max-rows"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--out-d", "o"], "LC_E_USAGE", "--out-d"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--bogus"], "LC_E_USAGE", "--bogus"),
+])
+def test_every_bad_input_is_one_line_exit_2_and_no_output(cli, data, make, extra, code, needle):
+    out = data / "out"
+    spec = make(data)
+    rc, stdout, stderr = cli("audit", "-d", spec, "--text-field", "func", "--out-dir", out,
+                             *extra)
+    assert rc == 2
+    assert error_code(stderr) == code
+    assert needle in stderr
+    assert not out.exists()
+    assert not [p for p in data.iterdir() if ".lc-tmp" in p.name]
+
+
+def test_error_as_json_object(cli, data):
+    rc, _, stderr = cli("audit", "-d", f"x={data / 'nope.jsonl'}", "--text-field", "f", "--json", "-")
+    assert rc == 2
+    err = json.loads(stderr.strip().splitlines()[-1])["error"]
+    assert err["code"] == "LC_E_IO" and err["message"] and err["hint"]
+
+
+def test_bom_is_accepted(cli, data):
+    (data / "bom.jsonl").write_bytes(b'\xef\xbb\xbf{"func": "int a(){}"}\n')
+    with gzip.open(data / "bom.jsonl.gz", "wb") as fh:
+        fh.write(b'\xef\xbb\xbf{"func": "int a(){}"}\n')
+    rc, stdout, _ = cli("audit", "-d", f"b={data / 'bom.jsonl'}", "-d", f"g={data / 'bom.jsonl.gz'}",
+                        "--text-field", "func", "--json", "-")
+    assert rc == 0 and json.loads(stdout)["split_matrix"]["b/all"]["g/all"]["count"] == 1
+
+
+def test_later_commands_say_not_available(cli):
+    rc, _, stderr = cli("resplit", "-d", "x=y")
+    assert rc == 2 and error_code(stderr) == "LC_E_USAGE" and "not available yet" in stderr
+
+
+def test_python_dash_m_entry_point(data):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "leakcheck_spark", "audit", "--bogus"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and error_code(proc.stderr) == "LC_E_USAGE"
