@@ -13,12 +13,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from leakcheck_spark.errors import LeakcheckError  # noqa: E402
-from leakcheck_spark.options import Options, Source  # noqa: E402
-
-
 from leakcheck_spark.audit import AuditResult, audit  # noqa: E402  (binds the function)
 from leakcheck_spark.clean import CleanResult, clean  # noqa: E402
+from leakcheck_spark.errors import LeakcheckError  # noqa: E402
+from leakcheck_spark.options import Options, Source  # noqa: E402
 
 __all__ = ["Source", "Options", "audit", "AuditResult", "clean", "CleanResult", "LeakcheckError",
            "__version__"]

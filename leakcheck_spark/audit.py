@@ -127,12 +127,13 @@ def audit(sources: Sequence[Source], options: Options | None = None,
     spark = spark or get_session()
     sources = list(sources)
     timer = Timer()
-    records, _, _ = read_records(spark, sources, options)
+    records, _, blocks = read_records(spark, sources, options)
     records = records.transform(
         lambda df: with_keys(df, options.normalizer, options.lang, options.max_chars)
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         groups, dataset_of = group_stats(records)
+        int_groups = {g for g, d in dataset_of.items() if d in blocks.int_datasets}
         n = sum(g["records"] for g in groups.values())
         timer.lap("read", f"read {len(sources)} sources: {n:,} records in {len(groups)} groups")
         kg = match.key_groups(records)
@@ -141,11 +142,13 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         timer.lap("matrices", "matrices: split x split and dataset x dataset")
         overlaps = match.overlaps(records, reached)
         overlap_count = overlaps.count()
-        overlap_sample = _sample(overlaps, ("from", "to", "id"))
+        overlap_sample = [report.native_overlap(r, int_groups)
+                          for r in _sample(overlaps, ("from", "to", "id"))]
         timer.lap("overlaps", f"overlaps: {overlap_count:,} (record, other group) pairs")
         conflicts = match.label_conflicts(records)
         conflict_count = conflicts.count()
-        conflict_sample = _sample(conflicts, ("key",))
+        conflict_sample = [report.native_conflict(r, int_groups)
+                           for r in _sample(conflicts, ("key",))]
         timer.lap("label_conflicts", f"label conflicts: {conflict_count:,}")
     except BaseException:
         records.unpersist()

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
@@ -21,7 +21,8 @@ from leakcheck_spark.audit import Timer, spark_action
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.normalize import with_keys
 from leakcheck_spark.options import Options, Source
-from leakcheck_spark.sources import LINE_FORMATS, number_rows, original_column, read_source, scan
+from leakcheck_spark.report import native_id
+from leakcheck_spark.sources import number_rows, original_column, read_source, scan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,6 +47,7 @@ class CleanResult:
     rows: DataFrame
     original_columns: list[str]
     counts: dict[str, int]
+    int_ids: tuple[bool, bool] = (False, False)  # (test ids, against ids) are all integers
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -80,7 +82,7 @@ class CleanResult:
         head = {"schema": "leakcheck-spark/clean-report/v1", "test": self.test.label,
                 "options": self.options.to_dict(), **self.counts}
         if not outputs.is_local(path):
-            dropped = [_drop_entry(r) for r in self.dropped.collect()]
+            dropped = [self._entry(r) for r in self.dropped.collect()]
             outputs.write_json_file(self.rows.sparkSession, path, {**head, "dropped_records": dropped})
             return
         # Streamed, so a large drop list never sits whole in driver memory.
@@ -89,12 +91,18 @@ class CleanResult:
             with open(outputs.local_path(tmp), "w", encoding="utf-8") as fh:
                 fh.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "dropped_records": [')
                 for i, r in enumerate(self.dropped.toLocalIterator()):
-                    fh.write(("," if i else "") + "\n  " + json.dumps(_drop_entry(r), ensure_ascii=False))
+                    entry = json.dumps(self._entry(r), ensure_ascii=False)
+                    fh.write(("," if i else "") + "\n  " + entry)
                 fh.write("\n]}\n")
 
 
-def _drop_entry(r) -> dict:  # noqa: ANN001 - a Row
-    return {"id": r.id, "reason": r.reason, "match_ids": list(r.match_ids or [])}
+    def _entry(self, r) -> dict:  # noqa: ANN001 - a Row
+        """One dropped record, with ids in their datasets' own types."""
+        test_int, against_int = self.int_ids
+        ids_int = {"against": against_int, "duplicate": test_int,
+                   "conflict": test_int and against_int}[r.reason]
+        return {"id": native_id(r.id, test_int), "reason": r.reason,
+                "match_ids": [native_id(i, ids_int) for i in r.match_ids or []]}
 
 
 @spark_action
@@ -139,8 +147,11 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
     counts = {"kept": total - dropped, "dropped": dropped, **counts}
     timer.lap("decide", f"clean {test.label}: kept {counts['kept']:,}, dropped {dropped:,}")
     test_rows.unpersist()
+    int_ids = (test.name in blocks.int_datasets,
+               all(s.name in blocks.int_datasets for s in against))
     return CleanResult(test, options, formats[0], decided,
-                       test_frame.original_columns.get(formats[0], []), counts, timer.timings)
+                       test_frame.original_columns.get(formats[0], []), counts, int_ids,
+                       timer.timings)
 
 
 def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
@@ -158,7 +169,8 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
     nonempty = F.col("key").isNotNull()
     # against: the 5 smallest ids of --against records with the same key.
     if against is not None:
-        hits = match.smallest_ids(against, by=("key",)).withColumnRenamed("ids", "_against")
+        hits = match.smallest_ids(against, by=("key",)).select(
+            "key", F.transform("ids", lambda x: x["id"]).alias("_against"))
         df = df.join(hits, "key", "left")
     else:
         df = df.withColumn("_against", null_ids)
@@ -169,9 +181,10 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
     is_dup = F.lit(dedup) & nonempty & (F.col("row") > F.col("_first_row"))
     # conflict: the key carries a canonical label other than this record's own.
     if drop_conflicts:
-        everything = test.select("key", "id", "label_canon")
+        cols = ("key", "id", "id_num", "label_canon")
+        everything = test.select(*cols)
         if against is not None:
-            everything = everything.unionByName(against.select("key", "id", "label_canon"))
+            everything = everything.unionByName(against.select(*cols))
         labelled = everything.where(nonempty & F.col("label_canon").isNotNull())
         per_label = match.smallest_ids(labelled, by=("key", "label_canon")).select(
             "key", F.col("label_canon").alias("_other_label"), "ids")
@@ -182,7 +195,7 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
             own.join(n_labels, "key")
             .where(other & (F.col("label_canon").isNotNull() | (F.col("_n_labels") > 1)))
             .groupBy("row")
-            .agg(F.slice(F.array_sort(F.flatten(F.collect_list("ids"))), 1, 5).alias("_conflict"))
+            .agg(match.first_ids(F.col("ids")).alias("_conflict"))
         )
         df = df.join(conflicts, "row", "left")
     else:
@@ -208,41 +221,42 @@ def write_rows(result: CleanResult, out: str) -> None:
     low = out.lower()
     single = next((v for ext, v in SINGLE_FILE.items() if low.endswith(ext)), None)
     kept = result.kept
-    line_origin = result.input_format in LINE_FORMATS or result.input_format == "json"
-    if single is not None:
-        fmt, compression = single
-        ordered = kept.repartition(1).sortWithinPartitions("row")
-        if line_origin and fmt == "jsonl" and result.input_format != "txt":
-            outputs.write_single_file(spark, ordered.select("raw"), out, fmt, compression, "raw")
-        else:
-            table = _as_table(spark, result, ordered)
-            outputs.write_single_file(spark, table, out, "json" if fmt == "jsonl" else fmt,
-                                      compression)
-    else:
-        with outputs.staged(spark, out) as tmp:
-            if line_origin and result.options.format == "json" and result.input_format != "txt":
-                kept.select("raw").write.text(outputs.spark_uri(tmp))
+    as_lines = result.input_format in ("jsonl", "json")  # raw JSON lines can be written as is
+    # Line formats become columns by a round trip through Spark's JSON reader, beside the output
+    # (never a driver-local temp dir: executors of a cluster could not see it).
+    aside = f"{out.rstrip('/')}.lc-json-{uuid.uuid4().hex[:10]}"
+    try:
+        if single is not None:
+            fmt, compression = single
+            ordered = kept.coalesce(1).sortWithinPartitions("row")
+            if as_lines and fmt == "jsonl":
+                outputs.write_single_file(spark, ordered.select("raw"), out, fmt, compression,
+                                          "raw")
             else:
-                outputs.write_table(_as_table(spark, result, kept), tmp, result.options.format)
+                table = _as_table(spark, result, ordered, aside).coalesce(1)
+                outputs.write_single_file(spark, table, out, "json" if fmt == "jsonl" else fmt,
+                                          compression)
+        else:
+            with outputs.staged(spark, out) as tmp:
+                if as_lines and result.options.format == "json":
+                    kept.select("raw").write.text(outputs.spark_uri(tmp))
+                else:
+                    outputs.write_table(_as_table(spark, result, kept, aside), tmp,
+                                        result.options.format)
+    finally:
+        outputs.remove(spark, aside)
     log.info("wrote %s (%.1f s)", out, time.monotonic() - t)
 
 
-def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame) -> DataFrame:
-    """The kept rows as columns: a table's own columns, or the JSON objects of a line format
-    (parsed by Spark's JSON reader from the raw lines, written aside first)."""
+def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: str) -> DataFrame:
+    """The kept rows as columns: a table's own columns, a .txt line as `text`, or the JSON
+    objects of a line format (written to `aside` and read back by Spark's JSON reader)."""
     import pyspark.sql.functions as F
 
     if result.input_format == "txt":
         return kept.select(F.col("raw").alias("text"))
-    if result.input_format not in LINE_FORMATS and result.input_format != "json":
+    if result.input_format not in ("jsonl", "json"):
         return kept.select(*[F.col(original_column(i)).alias(c)
                              for i, c in enumerate(result.original_columns)])
-    aside = os.path.join(outputs.local_path(_scratch(spark)), f"lc-json-{time.time_ns()}")
     kept.select("raw").write.text(outputs.spark_uri(aside))
     return spark.read.json(outputs.spark_uri(aside))
-
-
-def _scratch(spark: SparkSession) -> str:
-    import tempfile
-
-    return tempfile.gettempdir()

@@ -15,8 +15,8 @@ from typing import Sequence
 
 from leakcheck_spark import __version__, errors
 from leakcheck_spark.errors import LeakcheckError
-from leakcheck_spark.options import FORMATS, Options, Source
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
+from leakcheck_spark.options import FORMATS, Options, Source
 
 PROG = "leakcheck-spark"
 LATER = {

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 MAX_MATCH_IDS = 5
 OVERLAP_COLUMNS = ("from", "id", "to", "match_ids", "match", "similarity")
@@ -90,19 +90,28 @@ def smallest_ids(records: DataFrame, by: tuple[str, ...] = ("key", "group"),
                  k: int = MAX_MATCH_IDS) -> DataFrame:
     """(*by, ids): the k smallest ids of the non-empty records of each `by` cell, ascending.
 
-    A window keeps the sort per cell (spilling if a key has many copies) instead of collecting
-    every id of a large duplicate group into one row.
+    `ids` holds (id_num, id) structs, so integer ids sort numerically; :func:`first_ids` merges
+    such arrays.  A window keeps the sort per cell (spilling if a key has many copies) instead of
+    collecting every id of a large duplicate group into one row.
     """
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
-    w = Window.partitionBy(*by).orderBy("id")
+    w = Window.partitionBy(*by).orderBy("id_num", "id")
     return (
         records.where(F.col("key").isNotNull())
-        .select(*by, "id").withColumn("_rank", F.row_number().over(w))
+        .select(*by, "id_num", "id").withColumn("_rank", F.row_number().over(w))
         .where(F.col("_rank") <= k)
-        .groupBy(*by).agg(F.array_sort(F.collect_list("id")).alias("ids"))
+        .groupBy(*by).agg(F.array_sort(F.collect_list(F.struct("id_num", "id"))).alias("ids"))
     )
+
+
+def first_ids(id_arrays: Column, k: int = MAX_MATCH_IDS) -> Column:
+    """Aggregate: the k smallest ids over the `ids` arrays of :func:`smallest_ids` in a group."""
+    import pyspark.sql.functions as F
+
+    merged = F.slice(F.array_sort(F.flatten(F.collect_list(id_arrays))), 1, k)
+    return F.transform(merged, lambda x: x["id"])
 
 
 def overlaps(records: DataFrame, reached: DataFrame) -> DataFrame:
@@ -124,8 +133,7 @@ def overlaps(records: DataFrame, reached: DataFrame) -> DataFrame:
         .agg(
             F.max(is_exact).alias("exact"),
             F.max(F.when(~is_exact, F.col("similarity"))).alias("near_similarity"),
-            F.slice(F.array_sort(F.flatten(F.collect_list("ids"))), 1, MAX_MATCH_IDS)
-            .alias("match_ids"),
+            first_ids(F.col("ids")).alias("match_ids"),
         )
     )
     return (

@@ -59,6 +59,11 @@ def staged(spark: SparkSession, final: str) -> Iterator[str]:
     fs.replace(staging, final)
 
 
+def remove(spark: SparkSession, path: str) -> None:
+    """Delete a file or directory if it exists."""
+    _FileSystem(spark, path).delete(path)
+
+
 def write_text_file(spark: SparkSession, path: str, text: str) -> None:
     """Write a small text artifact (driver side)."""
     _FileSystem(spark, path).write_text(path, text)

@@ -39,6 +39,28 @@ def jsonable(value: object) -> object:
     return value
 
 
+def native_id(value: object, is_int: bool) -> object:
+    """An id as its dataset has it: an integer for integer-id datasets (the shared id column is
+    a string when datasets mix id types), else as it is.
+
+    >>> native_id("17", True), native_id("17", False), native_id(17, True)
+    (17, '17', 17)
+    """
+    return int(value) if is_int and isinstance(value, str) else value
+
+
+def native_overlap(row: dict, int_groups: set[str]) -> dict:
+    """An overlaps row for JSON, its ids in their datasets' own types."""
+    return {**row, "id": native_id(row["id"], row["from"] in int_groups),
+            "match_ids": [native_id(i, row["to"] in int_groups) for i in row["match_ids"]]}
+
+
+def native_conflict(row: dict, int_groups: set[str]) -> dict:
+    """A label_conflicts row for JSON, its member ids in their datasets' own types."""
+    return {**row, "members": [{**m, "id": native_id(m["id"], m["group"] in int_groups)}
+                               for m in row["members"]]}
+
+
 def render(report: dict, top: int = 10) -> str:
     """The terminal summary: groups, both matrices as tables (count and %), top overlaps and the
     label-conflict count."""

@@ -2,8 +2,10 @@
 
 One record per input row, with the columns of :data:`RECORD_COLUMNS`:
 
-    dataset, split, group ("NAME/SPLIT"), id, row, text, label, label_canon
+    dataset, split, group ("NAME/SPLIT"), id, row, text, label, label_canon, id_num
 
+`id` is a long when every dataset's ids are integers, else a string; `id_num` is the integer id
+of a dataset whose ids are all integers (null otherwise), so ids sort as their dataset's type.
 `row` is the 0-based row index within the dataset in read order (sources in the order given,
 files in path order, rows in file order); it is the id when no id field is given.  It is computed
 without `monotonically_increasing_id` as an id and without a global sort: each parse stage numbers
@@ -27,7 +29,7 @@ import gzip
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError, encode_row_error
@@ -39,7 +41,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-RECORD_COLUMNS = ("dataset", "split", "group", "id", "row", "text", "label", "label_canon")
+RECORD_COLUMNS = ("dataset", "split", "group", "id", "row", "text", "label", "label_canon",
+                  "id_num")
 
 # File extension (after an optional .gz) -> format.
 EXTENSIONS = {
@@ -403,9 +406,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         ident = col(src.id_field).cast("string")
         if isinstance(id_type, T.IntegralType):
             id_int = F.lit(True)
-        elif fmt == "csv":
-            id_int = ident.rlike(r"^-?(0|[1-9][0-9]{0,17})$")
-        else:
+        else:  # CSV values are strings, as in the file
             id_int = F.lit(False)
         err = F.when(
             ident.isNull(),
@@ -456,11 +457,17 @@ def _label_kind(data_type: object) -> str:
 
 @dataclass(frozen=True)
 class Blocks:
-    """What the one scan of the input found: per (source, file, block) offsets, and whether all
-    ids are integers (then the id column is a long)."""
+    """What the one scan of the input found: per (source, file, block) offsets, and the datasets
+    whose ids are all integers (row indexes, or integer id fields)."""
 
     table: list[tuple[int, str, int, int, int, int]]  # src, file, block, min_seq, row_base, end
-    ids_are_ints: bool
+    datasets: frozenset[str]
+    int_datasets: frozenset[str]
+
+    @property
+    def ids_are_ints(self) -> bool:
+        """True when every id is an integer: then the id column is a long, else a string."""
+        return self.int_datasets == self.datasets
 
 
 def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Blocks:
@@ -502,7 +509,7 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         by_src.setdefault(r.src, []).append(r)
     table = []
     dataset_base: dict[str, int] = {}
-    ids_are_ints = True
+    int_ids: dict[str, bool] = {}
     for frame in frames:
         src = frame.source
         blocks = sorted(by_src.get(frame.index, []), key=lambda r: (r._lc_file, r._lc_block))
@@ -541,15 +548,16 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
             raise LeakcheckError(errors.MISSING_FIELD,
                                  f"split field {src.split_field!r} present in no row of {src.label}",
                                  "check --split-field, or give the split as -d NAME:SPLIT=SOURCE")
-        if src.id_field and not all(b.id_int for b in nonempty):
-            ids_are_ints = False
+        int_ids[src.name] = int_ids.get(src.name, True) and (
+            not src.id_field or all(b.id_int for b in nonempty))
         base = dataset_base.get(src.name, 0)
         for entry in table:
             if entry[0] == frame.index:
                 entry[4] += base
                 entry.append(base + total)
         dataset_base[src.name] = base + total
-    return Blocks([tuple(t) for t in table], ids_are_ints)
+    return Blocks([tuple(t) for t in table], frozenset(int_ids),
+                  frozenset(name for name, ok in int_ids.items() if ok))
 
 
 def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,
@@ -577,11 +585,13 @@ def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,
         )
         split = F.lit(src.split) if src.split else F.coalesce("split", F.lit(DEFAULT_SPLIT))
         ident = F.col("id") if src.id_field else F.col("row").cast("string")
+        # `id_num` orders the ids of integer-id datasets numerically ("smallest first").
+        id_num = ident.cast("long") if src.name in blocks.int_datasets else F.lit(None)
         ident = ident.cast("long") if blocks.ids_are_ints else ident
         df = df.select(
             F.lit(src.name).alias("dataset"), split.alias("split"),
             F.concat(F.lit(src.name + "/"), split).alias("group"), ident.alias("id"), "row",
-            "text", "label", "label_canon", *keep,
+            "text", "label", "label_canon", id_num.cast("long").alias("id_num"), *keep,
         )
         out = df if out is None else out.unionByName(df, allowMissingColumns=True)
     return out

@@ -76,9 +76,15 @@ def test_planted_report(spark, planted):
     ], schema)
     assert_df_equality(res.overlaps, expected, ignore_row_order=True, ignore_nullable=True)
     assert report["overlaps"]["count"] == 8
-    assert report["overlaps"]["sample"][0] == {
-        "from": "a/test", "id": "5", "to": "a/train", "match_ids": ["1"], "match": "exact",
-        "similarity": 1.0}
+    # In JSON, ids keep their dataset's own type: a's row indexes are integers, b's are strings
+    # (the shared DataFrame column above is a string because the datasets mix id types).
+    assert report["overlaps"]["sample"][:2] == [
+        {"from": "a/test", "id": 5, "to": "a/train", "match_ids": [1], "match": "exact",
+         "similarity": 1.0},
+        {"from": "a/test", "id": 5, "to": "b/test", "match_ids": ["x3"], "match": "exact",
+         "similarity": 1.0}]
+    assert report["label_conflicts"]["sample"][0]["members"] == [
+        {"group": "a/train", "id": 0, "label": "1"}, {"group": "a/train", "id": 2, "label": "0"}]
     # Only f conflicts (1 vs 0 in a/train); g is 0 / 0 / " 0 ", h is 1 / "true".
     conflicts = [r.asDict(recursive=True) for r in res.label_conflicts.collect()]
     assert [(x["text"], x["labels"], x["members"]) for x in conflicts] == [
