@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -69,6 +70,12 @@ class AuditResult:
     conflict_count: int
     conflict_sample: list[dict]
     timings: dict[str, float] = field(default_factory=dict)
+    _cached: list = field(default_factory=list, repr=False)
+
+    def unpersist(self) -> None:
+        """Release the data the audit cached (the results stay usable, recomputed on demand)."""
+        for df in self._cached:
+            df.unpersist()
 
     def to_dict(self) -> dict:
         """The report.json object (schema ``leakcheck-spark/report/v1``)."""
@@ -119,6 +126,7 @@ def audit(sources: Sequence[Source], options: Options | None = None,
     Raises:
         LeakcheckError: on bad input (SPEC section 9).
     """
+    import pyspark.sql.functions as F
     from pyspark import StorageLevel
 
     from leakcheck_spark.session import get_session
@@ -127,10 +135,9 @@ def audit(sources: Sequence[Source], options: Options | None = None,
     spark = spark or get_session()
     sources = list(sources)
     timer = Timer()
-    records, _, blocks = read_records(spark, sources, options)
-    records = records.transform(
-        lambda df: with_keys(df, options.normalizer, options.lang, options.max_chars)
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    keys = functools.partial(with_keys, normalizer=options.normalizer, lang=options.lang,
+                             max_chars=options.max_chars)
+    records, frames, blocks = read_records(spark, sources, options, prepare=keys)
     try:
         groups, dataset_of = group_stats(records)
         int_groups = {g for g, d in dataset_of.items() if d in blocks.int_datasets}
@@ -148,14 +155,17 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         conflicts = match.label_conflicts(records)
         conflict_count = conflicts.count()
         conflict_sample = [report.native_conflict(r, int_groups)
-                           for r in _sample(conflicts, ("key",))]
+                           for r in _sample(conflicts.withColumn(
+                               "members", F.slice("members", 1, report.SAMPLE_MEMBERS)), ("key",))]
         timer.lap("label_conflicts", f"label conflicts: {conflict_count:,}")
     except BaseException:
-        records.unpersist()
+        for frame in frames:
+            frame.unpersist()
         raise
     return AuditResult(
         sources, options, groups, split_m, dataset_m, overlaps, conflicts,
         overlap_count, overlap_sample, conflict_count, conflict_sample, timer.timings,
+        _cached=[reached, *(part for f in frames for _, part in f.parts)],
     )
 
 

@@ -9,6 +9,7 @@ they were read: the raw line for line formats (byte-identical), the original col
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -121,19 +122,20 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
     options = options or Options()
     spark = spark or get_session()
     timer = Timer()
-    test_frame = read_source(spark, test, 0, keep_raw=True)
+    keyed = functools.partial(with_keys, normalizer=options.normalizer, lang=options.lang,
+                              max_chars=options.max_chars)
+    test_frame = read_source(spark, test, 0, keep_raw=True, prepare=keyed)
     formats = [fmt for fmt, _ in test_frame.parts]
     if len(formats) != 1:
         raise LeakcheckError(errors.USAGE, f"the test source {test.label} mixes formats "
                              f"({', '.join(formats)})", "give clean a test source of one format")
-    frames = [test_frame] + [read_source(spark, s, i + 1) for i, s in enumerate(against)]
+    frames = [test_frame] + [read_source(spark, s, i + 1, prepare=keyed)
+                             for i, s in enumerate(against)]
     blocks = scan(spark, frames, options)
-    keyed = lambda df: with_keys(df, options.normalizer, options.lang, options.max_chars)  # noqa: E731
-    test_rows = number_rows(spark, test_frame, blocks, extra=("raw", "originals")).transform(keyed)
-    test_rows = test_rows.persist(StorageLevel.MEMORY_AND_DISK)
+    test_rows = number_rows(spark, test_frame, blocks, extra=("raw", "originals"))
     others = None
     for frame in frames[1:]:
-        df = number_rows(spark, frame, blocks).transform(keyed)
+        df = number_rows(spark, frame, blocks)
         others = df if others is None else others.unionByName(df)
     timer.lap("read", f"read {len(frames)} sources")
     decided = decide(test_rows, others, dedup, drop_conflicts).persist(StorageLevel.MEMORY_AND_DISK)
@@ -146,7 +148,8 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
     dropped = sum(counts.values())
     counts = {"kept": total - dropped, "dropped": dropped, **counts}
     timer.lap("decide", f"clean {test.label}: kept {counts['kept']:,}, dropped {dropped:,}")
-    test_rows.unpersist()
+    for frame in frames[1:]:  # the test rows stay cached until the kept rows are written
+        frame.unpersist()
     int_ids = (test.name in blocks.int_datasets,
                all(s.name in blocks.int_datasets for s in against))
     return CleanResult(test, options, formats[0], decided,

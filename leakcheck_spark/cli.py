@@ -187,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
             from leakcheck_spark.report import render
 
             print(render(report))
+        result.unpersist()
         return 1 if args.fail_on_overlap and result.cross_group_overlap else 0
     from leakcheck_spark.clean import clean
 

@@ -152,7 +152,7 @@ def label_conflicts(records: DataFrame) -> DataFrame:
     """Keys whose records carry more than one canonical label (exact key only).
 
     Columns: key (hex of the normalised-text hash), text (one sample, the first member's text,
-    truncated to 200 characters), labels (the distinct canonical labels), members
+    truncated to 200 characters), labels (the distinct canonical labels), n_members, members
     (array of (group, id, label), sorted).
     """
     import pyspark.sql.functions as F
@@ -172,5 +172,5 @@ def label_conflicts(records: DataFrame) -> DataFrame:
             F.array_sort(F.collect_list(member)).alias("members"),
         )
         .select(F.lower(F.hex("key")).alias("key"), F.substring("text", 1, 200).alias("text"),
-                "labels", "members")
+                "labels", F.size("members").alias("n_members"), "members")
     )

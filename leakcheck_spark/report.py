@@ -6,6 +6,7 @@ from typing import Iterable
 
 SCHEMA = "leakcheck-spark/report/v1"
 SAMPLE_ROWS = 20
+SAMPLE_MEMBERS = 20  # members shown per conflict in report.json (all of them in OUT/)
 
 
 def cell(count: int, total: int) -> dict:
@@ -56,9 +57,10 @@ def native_overlap(row: dict, int_groups: set[str]) -> dict:
 
 
 def native_conflict(row: dict, int_groups: set[str]) -> dict:
-    """A label_conflicts row for JSON, its member ids in their datasets' own types."""
+    """A label_conflicts row for report.json: the first SAMPLE_MEMBERS members (n_members says
+    how many there are), ids in their datasets' own types."""
     return {**row, "members": [{**m, "id": native_id(m["id"], m["group"] in int_groups)}
-                               for m in row["members"]]}
+                               for m in row["members"][:SAMPLE_MEMBERS]]}
 
 
 def render(report: dict, top: int = 10) -> str:

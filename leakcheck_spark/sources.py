@@ -29,7 +29,7 @@ import gzip
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError, encode_row_error
@@ -89,6 +89,11 @@ class SourceFrame:
     index: int
     parts: list[tuple[str, DataFrame]] = field(default_factory=list)  # (format, parsed rows)
     original_columns: dict[str, list[str]] = field(default_factory=dict)  # tabular formats
+
+    def unpersist(self) -> None:
+        """Release the cached parsed rows."""
+        for _, part in self.parts:
+            part.unpersist()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,8 +310,15 @@ def canonical_label_series(values: pd.Series, kind: str) -> pd.Series:
 # Reading one source
 
 
-def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = False) -> SourceFrame:
-    """Read one source's files into parsed (not yet numbered) rows, one part per format."""
+def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = False,
+                prepare: Callable[[DataFrame], DataFrame] | None = None) -> SourceFrame:
+    """Read one source's files into parsed (not yet numbered) rows, one part per format.
+
+    `prepare` is a stage applied to each part (e.g. keys); the parts are then persisted, so the
+    scan and everything after it parse the input once.
+    """
+    from pyspark import StorageLevel
+
     files = list_files(spark, src)
     if src.text_field is None and any(f != "txt" for _, f in files):
         raise LeakcheckError(
@@ -329,7 +341,9 @@ def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = F
             raise
         except Exception as exc:  # noqa: BLE001 - translated or re-raised
             raise _translate(exc, f"cannot read {src.path}") from None
-        frame.parts.append((fmt, part))
+        if prepare is not None:
+            part = prepare(part)
+        frame.parts.append((fmt, part.persist(StorageLevel.MEMORY_AND_DISK)))
     return frame
 
 
@@ -591,17 +605,20 @@ def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,
         df = df.select(
             F.lit(src.name).alias("dataset"), split.alias("split"),
             F.concat(F.lit(src.name + "/"), split).alias("group"), ident.alias("id"), "row",
-            "text", "label", "label_canon", id_num.cast("long").alias("id_num"), *keep,
+            "text", "label", "label_canon", id_num.cast("long").alias("id_num"),
+            *[c for c in ("key",) if c in part.columns], *keep,
         )
         out = df if out is None else out.unionByName(df, allowMissingColumns=True)
     return out
 
 
 def read_records(spark: SparkSession, sources: list[Source], opts: Options,
+                 prepare: Callable[[DataFrame], DataFrame] | None = None,
                  ) -> tuple[DataFrame, list[SourceFrame], Blocks]:
-    """Read and check every source; return all records as one DataFrame (RECORD_COLUMNS)."""
+    """Read and check every source; return all records as one DataFrame (RECORD_COLUMNS, plus
+    `key` when `prepare` adds it)."""
     _check_names(sources)
-    frames = [read_source(spark, src, i) for i, src in enumerate(sources)]
+    frames = [read_source(spark, src, i, prepare=prepare) for i, src in enumerate(sources)]
     blocks = scan(spark, frames, opts)
     records = None
     for frame in frames:

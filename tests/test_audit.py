@@ -161,3 +161,20 @@ def test_same_report_on_any_partitioning(spark, tmp_path):
         eight = run()
     assert one == eight
     assert one[0]["overlaps"]["count"] > 0 and one[2]
+
+
+def test_a_text_with_thousands_of_copies(spark, tmp_path):
+    n = 3000
+    write_jsonl(tmp_path / "a.jsonl", [{"t": "int boiler(void) { return 0; }", "y": i % 2}
+                                       for i in range(n)])
+    write_jsonl(tmp_path / "b.jsonl", [{"t": "int boiler(void){return 0;}", "y": 1}] * n)
+    srcs = [Source("a", str(tmp_path / "a.jsonl"), split="train", text_field="t", label_field="y"),
+            Source("b", str(tmp_path / "b.jsonl"), split="test", text_field="t", label_field="y")]
+    res = audit(srcs, Options(), spark=spark)
+    rep = res.to_dict()
+    assert rep["split_matrix"]["b/test"] == {"a/train": c(n, n), "b/test": c(n, n)}
+    assert rep["overlaps"]["count"] == 2 * n
+    assert rep["overlaps"]["sample"][0]["match_ids"] == [0, 1, 2, 3, 4]
+    (conflict,) = rep["label_conflicts"]["sample"]
+    assert conflict["n_members"] == 2 * n and len(conflict["members"]) == 20
+    assert conflict["labels"] == ["0", "1"]
