@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -135,8 +134,12 @@ def audit(sources: Sequence[Source], options: Options | None = None,
     spark = spark or get_session()
     sources = list(sources)
     timer = Timer()
-    keys = functools.partial(with_keys, normalizer=options.normalizer, lang=options.lang,
-                             max_chars=options.max_chars)
+    def keys(df: DataFrame) -> DataFrame:
+        # After keying, only a conflict's sample text is ever shown (200 characters): caching
+        # just that much keeps the cached input small.
+        keyed = with_keys(df, options.normalizer, options.lang, options.max_chars)
+        return keyed.withColumn("text", F.substring("text", 1, match.SAMPLE_TEXT_CHARS))
+
     records, frames, blocks = read_records(spark, sources, options, prepare=keys)
     try:
         groups, dataset_of = group_stats(records)

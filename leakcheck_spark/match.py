@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 MAX_MATCH_IDS = 5
+SAMPLE_TEXT_CHARS = 200  # a label conflict's sample text is truncated to this
 OVERLAP_COLUMNS = ("from", "id", "to", "match_ids", "match", "similarity")
 
 
@@ -171,6 +172,6 @@ def label_conflicts(records: DataFrame) -> DataFrame:
             F.array_sort(F.collect_set("label_canon")).alias("labels"),
             F.array_sort(F.collect_list(member)).alias("members"),
         )
-        .select(F.lower(F.hex("key")).alias("key"), F.substring("text", 1, 200).alias("text"),
+        .select(F.lower(F.hex("key")).alias("key"), F.substring("text", 1, SAMPLE_TEXT_CHARS).alias("text"),
                 "labels", F.size("members").alias("n_members"), "members")
     )

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _LOCAL_SHUFFLE_PARTITIONS = 16
+_LOCAL_DRIVER_MEMORY = "4g"
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 
 # Settings a session we build gets unless the user sets them: a quiet console and Arrow on.
@@ -62,6 +63,8 @@ def get_session(
         )
         # Spark's 200 shuffle partitions suit a cluster; on one machine they are mostly overhead.
         builder = builder.config("spark.sql.shuffle.partitions", str(_LOCAL_SHUFFLE_PARTITIONS))
+        # Local mode runs every task inside the driver JVM: Spark's 1g default thrashes there.
+        builder = builder.config("spark.driver.memory", _LOCAL_DRIVER_MEMORY)
     if not launched_by_submit and _LOG4J.exists():
         java_opt = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()}"
         builder = builder.config("spark.driver.extraJavaOptions", java_opt).config(
