@@ -3,7 +3,7 @@
 Builds nothing itself: point it at a corpus written by ../shared/bench/make_corpus.py
 (OUT/datasetA/{train,test}.jsonl, OUT/datasetB/{train,test}.jsonl).  Runs
 ``leakcheck-spark audit`` as a user would, in a subprocess, and prints records, wall time,
-records/s and the peak resident memory of the whole process tree (Python driver + Spark JVM +
+records/s and the peak memory (PSS) of the whole process tree (Python driver + Spark JVM +
 Python workers), sampled every 0.2 s from /proc.
 
     python benchmarks/exact_audit.py /tmp/corpus [--master local[*]] [--out-dir /tmp/bench_out]
@@ -21,10 +21,13 @@ import time
 from pathlib import Path
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of `pid` and all its descendants (Linux /proc)."""
+def tree_pss(pid: int) -> int:
+    """Proportional set size (bytes) of `pid` and all its descendants (Linux /proc).
+
+    PSS, not RSS: PySpark forks its Python workers from one daemon, and RSS would count the
+    pages they share (the interpreter, pandas, pyarrow) once per worker.
+    """
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -32,14 +35,20 @@ def tree_rss(pid: int) -> int:
             with open(f"/proc/{entry}/stat") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()
             children.setdefault(int(fields[1]), []).append(int(entry))
-            rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, IndexError, ValueError):
             continue
     total, stack = 0, [pid]
     while stack:
         p = stack.pop()
-        total += rss.get(p, 0)
         stack.extend(children.get(p, []))
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            continue
     return total
 
 
@@ -48,7 +57,7 @@ def run(cmd: list[str]) -> tuple[float, int, int]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = 0
     while proc.poll() is None:
-        peak = max(peak, tree_rss(proc.pid))
+        peak = max(peak, tree_pss(proc.pid))
         time.sleep(0.2)
     wall = time.monotonic() - start
     err = proc.stderr.read()
@@ -80,7 +89,7 @@ def main() -> None:
     print("command:", " ".join(cmd))
     print(f"input: {records:,} records, {size / 1e6:,.0f} MB of JSONL")
     print(f"wall: {wall:,.1f} s  ({records / wall:,.0f} records/s)")
-    print(f"peak RSS (driver + JVM + workers): {peak / 2**30:,.2f} GiB")
+    print(f"peak memory, PSS of driver + JVM + workers: {peak / 2**30:,.2f} GiB")
     print(f"overlaps: {report['overlaps']['count']:,}  label conflicts: "
           f"{report['label_conflicts']['count']:,}")
     print("stage timings (s):", json.dumps(report["timings"]))
