@@ -79,23 +79,23 @@ class CleanResult:
 
     @spark_action
     def write_report(self, path: str) -> None:
-        """Write the --report JSON: counts, and every dropped id with its reason and match ids."""
+        """Write the --report JSON: ``counts`` (kept, dropped, and dropped per reason) and
+        ``dropped``, every dropped record in input order as ``{"id", "reason", "match_ids"}``."""
         head = {"schema": "leakcheck-spark/clean-report/v1", "test": self.test.label,
-                "options": self.options.to_dict(), **self.counts}
+                "options": self.options.to_dict(), "counts": self.counts}
         if not outputs.is_local(path):
             dropped = [self._entry(r) for r in self.dropped.collect()]
-            outputs.write_json_file(self.rows.sparkSession, path, {**head, "dropped_records": dropped})
+            outputs.write_json_file(self.rows.sparkSession, path, {**head, "dropped": dropped})
             return
         # Streamed, so a large drop list never sits whole in driver memory.
         spark = self.rows.sparkSession
         with outputs.staged(spark, path) as tmp:
             with open(outputs.local_path(tmp), "w", encoding="utf-8") as fh:
-                fh.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "dropped_records": [')
+                fh.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "dropped": [')
                 for i, r in enumerate(self.dropped.toLocalIterator()):
                     entry = json.dumps(self._entry(r), ensure_ascii=False)
                     fh.write(("," if i else "") + "\n  " + entry)
                 fh.write("\n]}\n")
-
 
     def _entry(self, r) -> dict:  # noqa: ANN001 - a Row
         """One dropped record, with ids in their datasets' own types."""

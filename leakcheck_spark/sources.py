@@ -50,6 +50,9 @@ EXTENSIONS = {
     ".parquet": "parquet", ".txt": "txt",
 }
 LINE_FORMATS = ("jsonl", "txt")
+# JSONL lines that are comments, as the reference leakcheck accepts them (no JSON value starts so):
+# skipped like blank lines, so a comment-only file is an empty input.
+JSONL_COMMENTS = ("#", "//")
 # RFC 4180 quoting ("" inside quotes), as Python's csv module and pandas read and write it;
 # Spark's own default escapes with a backslash.
 CSV_DIALECT = {"quote": '"', "escape": '"'}
@@ -209,8 +212,9 @@ def _columns() -> dict[str, list]:
 def parse_lines(
     batches: Iterator[pd.DataFrame], src: Source, fmt: str, keep_raw: bool
 ) -> Iterator[pd.DataFrame]:
-    """mapInPandas body for line formats: one output row per input line, blank lines included
-    (their `_lc_seq` is null) so that physical line numbers stay exact across blocks.
+    """mapInPandas body for line formats: one output row per input line, blank (and JSONL
+    comment) lines included with a null `_lc_seq`, so physical line numbers stay exact across
+    blocks.
 
     Input columns: value (binary), _lc_file, _lc_block, in file order within each block.
     """
@@ -234,7 +238,8 @@ def parse_lines(
                 continue
             if line_no == 0 and block == 0 and line.startswith("\ufeff"):
                 line = line[1:]
-            if not line.strip():
+            stripped = line.strip()
+            if not stripped or (fmt == "jsonl" and stripped.startswith(JSONL_COMMENTS)):
                 _append(out, file, block, line_no, None, (None,) * 9, None)
                 continue
             seq = pos[1]

@@ -35,8 +35,8 @@ def test_clean_jsonl_byte_identical_with_every_reason(cli, tmp_path):
     kept = out.read_bytes().decode("utf-8").split("\n")
     assert kept == [test_lines[1], test_lines[4], test_lines[5], ""]
     rep = json.loads(report.read_text())
-    assert rep["kept"] == 3 and rep["dropped"] == 4
-    assert rep["dropped_records"] == [
+    assert rep["counts"] == {"kept": 3, "dropped": 4, "against": 1, "duplicate": 2, "conflict": 1}
+    assert rep["dropped"] == [
         {"id": 1, "reason": "against", "match_ids": [10]},
         {"id": 3, "reason": "duplicate", "match_ids": [2]},
         {"id": 4, "reason": "conflict", "match_ids": [7]},
@@ -91,3 +91,37 @@ def test_clean_to_a_directory_in_format(cli, tmp_path):
                      f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--out", out)
     assert code == 0
     assert pq.read_table(out).to_pylist() == [{"f": "x", "n": 1}]
+
+
+def test_clean_gzipped_jsonl_and_json_list_inputs(cli, tmp_path):
+    import gzip
+
+    lines = ['{"f": "keep me", "n": 1}', '{"f": "drop", "n": 2}', '{"f": "also kept", "n": 3}']
+    with gzip.open(tmp_path / "t.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    (tmp_path / "a.txt").write_text("drop\n", encoding="utf-8")
+    out = tmp_path / "o.jsonl.gz"
+    code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.jsonl.gz'}", "--against",
+                     f"a={tmp_path / 'a.txt'}", "--text-field", "f", "--out", out)
+    assert code == 0
+    with gzip.open(out, "rt", encoding="utf-8") as fh:
+        assert fh.read() == lines[0] + "\n" + lines[2] + "\n"
+    # A .json list: kept objects come back one per line, with their fields and values.
+    (tmp_path / "t.json").write_text(json.dumps([json.loads(x) for x in lines]), encoding="utf-8")
+    out2 = tmp_path / "o2.jsonl"
+    code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.json'}", "--against",
+                     f"a={tmp_path / 'a.txt'}", "--text-field", "f", "--out", out2)
+    assert code == 0
+    assert [json.loads(x) for x in out2.read_text().splitlines()] == [
+        {"f": "keep me", "n": 1}, {"f": "also kept", "n": 3}]
+
+
+def test_clean_failure_leaves_no_output(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [{"f": "x"}])
+    (tmp_path / "a.jsonl").write_text('{"f": "y"}\n{"f": \n', encoding="utf-8")
+    out = tmp_path / "o.jsonl"
+    code, _, stderr = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                          f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--out", out,
+                          "--report", tmp_path / "r.json")
+    assert code == 2 and "LC_E_BAD_FORMAT" in stderr and "line 2 of" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "t.jsonl"]

@@ -100,6 +100,7 @@ def write(name, text):
 @pytest.mark.parametrize("make,extra,code,needle", [
     (write("x.jsonl", ""), [], "LC_E_EMPTY_INPUT", "no records"),
     (write("x.jsonl", "\n  \n"), [], "LC_E_EMPTY_INPUT", "no records"),
+    (write("x.jsonl", "# comment\n// another\n"), [], "LC_E_EMPTY_INPUT", "no records"),
     (write("x.json", "[]"), [], "LC_E_EMPTY_INPUT", "no records"),
     (write("x.csv", "func,y\n"), [], "LC_E_EMPTY_INPUT", "no records"),
     (write("x.jsonl", '{"func": 3}\n'), [], "LC_E_BAD_VALUE", "line 1 of"),
