@@ -94,7 +94,8 @@ def main() -> None:
           f"{report['label_conflicts']['count']:,}")
     print("stage timings (s):", json.dumps(report["timings"]))
     a = report["split_matrix"]["datasetA/test"]
-    print("datasetA/test -> datasetA/train: {count:,} ({fraction:.2%})".format(**a["datasetA/train"]))
+    cell = a["datasetA/train"]
+    print(f"datasetA/test -> datasetA/train: {cell['count']:,} ({cell['fraction']:.2%})")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from leakcheck_spark import errors, match, outputs
 from leakcheck_spark.audit import Timer, spark_action
@@ -69,7 +69,8 @@ class CleanResult:
     def summary(self) -> str:
         c = self.counts
         reasons = ", ".join(f"{r} {c[r]:,}" for r in REASONS if c[r])
-        return f"kept {c['kept']:,}, dropped {c['dropped']:,}" + (f" ({reasons})" if reasons else "")
+        detail = f" ({reasons})" if reasons else ""
+        return f"kept {c['kept']:,}, dropped {c['dropped']:,}{detail}"
 
     @spark_action
     def write(self, out: str) -> None:
@@ -83,19 +84,14 @@ class CleanResult:
         ``dropped``, every dropped record in input order as ``{"id", "reason", "match_ids"}``."""
         head = {"schema": "leakcheck-spark/clean-report/v1", "test": self.test.label,
                 "options": self.options.to_dict(), "counts": self.counts}
-        if not outputs.is_local(path):
-            dropped = [self._entry(r) for r in self.dropped.collect()]
-            outputs.write_json_file(self.rows.sparkSession, path, {**head, "dropped": dropped})
-            return
-        # Streamed, so a large drop list never sits whole in driver memory.
-        spark = self.rows.sparkSession
-        with outputs.staged(spark, path) as tmp:
-            with open(outputs.local_path(tmp), "w", encoding="utf-8") as fh:
-                fh.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "dropped": [')
-                for i, r in enumerate(self.dropped.toLocalIterator()):
-                    entry = json.dumps(self._entry(r), ensure_ascii=False)
-                    fh.write(("," if i else "") + "\n  " + entry)
-                fh.write("\n]}\n")
+
+        def chunks() -> Iterator[str]:
+            yield json.dumps(head, ensure_ascii=False)[:-1] + ', "dropped": ['
+            for i, r in enumerate(self.dropped.toLocalIterator()):
+                yield ("," if i else "") + "\n  " + json.dumps(self._entry(r), ensure_ascii=False)
+            yield "\n]}\n"
+
+        outputs.write_text_file(self.rows.sparkSession, path, chunks())
 
     def _entry(self, r) -> dict:  # noqa: ANN001 - a Row
         """One dropped record, with ids in their datasets' own types."""

@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("audit", allow_abbrev=False, help="overlap matrices, overlaps, conflicts")
     a.add_argument("-d", dest="datasets", action="append", default=[], metavar="NAME[:SPLIT]=SRC",
                    help="a dataset source (repeatable)")
-    a.add_argument("--out-dir", metavar="DIR", help="write report.json, overlaps/, label_conflicts/")
+    a.add_argument("--out-dir", metavar="DIR",
+                   help="write report.json, overlaps/, label_conflicts/")
     a.add_argument("--fail-on-overlap", action="store_true",
                    help="exit 1 if any cross-group overlap exists")
     common(a)

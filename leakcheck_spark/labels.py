@@ -57,8 +57,8 @@ def display_label(value: object) -> str | None:
 def from_typed_string(value: str | None, kind: str) -> object:
     """Undo Spark's cast to string of a typed column (`kind` in KINDS), for `canonical_label`.
 
-    >>> from_typed_string("true", "bool"), from_typed_string("3", "int"), from_typed_string("2.0", "float")
-    (True, 3, 2.0)
+    >>> [from_typed_string(v, k) for v, k in (("true", "bool"), ("3", "int"), ("2.0", "float"))]
+    [True, 3, 2.0]
     """
     if value is None:
         return None

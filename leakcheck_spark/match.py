@@ -172,6 +172,7 @@ def label_conflicts(records: DataFrame) -> DataFrame:
             F.array_sort(F.collect_set("label_canon")).alias("labels"),
             F.array_sort(F.collect_list(member)).alias("members"),
         )
-        .select(F.lower(F.hex("key")).alias("key"), F.substring("text", 1, SAMPLE_TEXT_CHARS).alias("text"),
+        .select(F.lower(F.hex("key")).alias("key"),
+                F.substring("text", 1, SAMPLE_TEXT_CHARS).alias("text"),
                 "labels", F.size("members").alias("n_members"), "members")
     )

@@ -1,4 +1,4 @@
-"""The typed, frozen configuration: what to read (:class:`Source`) and how to match (:class:`Options`)."""
+"""The typed, frozen configuration: what to read (`Source`) and how to match (`Options`)."""
 
 from __future__ import annotations
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import uuid
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
@@ -24,9 +25,16 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
 def is_local(path: str) -> bool:
-    """True for a plain path or a ``file:`` URI."""
-    return "://" not in path and not path.startswith(("dbfs:", "s3:", "gs:")) or path.startswith("file:")
+    """True for a plain path or a ``file:`` URI (not ``s3a://``, ``hdfs:/``, ``dbfs:/`` ...).
+
+    >>> is_local("out/report"), is_local("file:///tmp/x"), is_local("s3a://b/x")
+    (True, True, False)
+    """
+    return not _SCHEME.match(path) or path.lower().startswith("file:")
 
 
 def local_path(path: str) -> str:
@@ -64,9 +72,10 @@ def remove(spark: SparkSession, path: str) -> None:
     _FileSystem(spark, path).delete(path)
 
 
-def write_text_file(spark: SparkSession, path: str, text: str) -> None:
-    """Write a small text artifact (driver side)."""
-    _FileSystem(spark, path).write_text(path, text)
+def write_text_file(spark: SparkSession, path: str, text: str | Iterable[str]) -> None:
+    """Write a text artifact from the driver, atomically; `text` may be an iterable of chunks,
+    written as they come (so a long list need not sit whole in driver memory)."""
+    _FileSystem(spark, path).write_text(path, [text] if isinstance(text, str) else text)
 
 
 def write_json_file(spark: SparkSession, path: str, obj: object) -> None:
@@ -117,7 +126,8 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
         fs = _FileSystem(spark, path)
         parts = [p for p in fs.list(tmp_dir) if _split(p)[1].startswith("part-")]
         if len(parts) != 1:
-            raise LeakcheckError(errors.IO, f"expected one part file writing {path}, got {len(parts)}")
+            raise LeakcheckError(errors.IO,
+                                 f"expected one part file writing {path}, got {len(parts)}")
         tmp_file = tmp_dir + ".file"
         fs.rename(parts[0], tmp_file)
         fs.delete(tmp_dir)
@@ -199,19 +209,23 @@ class _FileSystem:
             return [os.path.join(p, n) for n in sorted(os.listdir(p))]
         return sorted(str(s.getPath().toString()) for s in self._fs.listStatus(self._p(path)))
 
-    def write_text(self, path: str, text: str) -> None:
+    def write_text(self, path: str, chunks: Iterable[str]) -> None:
         parent, name = _split(path)
         tmp = _join(parent, f".{name}.lc-tmp-{uuid.uuid4().hex[:10]}")
         try:
             if self.local:
                 os.makedirs(local_path(parent), exist_ok=True)
                 with open(local_path(tmp), "w", encoding="utf-8") as fh:
-                    fh.write(text)
+                    fh.writelines(chunks)
             else:
                 out = self._fs.create(self._p(tmp), True)
-                out.write(bytearray(text.encode("utf-8")))
-                out.close()
+                try:
+                    for chunk in chunks:
+                        out.write(bytearray(chunk.encode("utf-8")))
+                finally:
+                    out.close()
             self.replace(tmp, path)
         except OSError as exc:
-            self.delete(tmp)
             raise LeakcheckError(errors.IO, f"cannot write {path}: {exc.strerror}") from None
+        finally:
+            self.delete(tmp)

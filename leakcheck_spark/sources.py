@@ -121,7 +121,7 @@ def list_files(spark: SparkSession, src: Source) -> list[tuple[str, str]]:
             .load(path).select("path").collect()
         )
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
-        raise _translate(exc, f"cannot list {path}") from None
+        raise _translate(exc) from None
     files = sorted(r.path for r in listed)
     supported = [(f, fmt) for f in files if (fmt := file_format(f))]
     if len(files) == 1 and not supported and not _has_glob(path):
@@ -139,7 +139,8 @@ def _has_glob(path: str) -> bool:
     return any(c in path for c in "*?[{")
 
 
-def _translate(exc: BaseException, fallback: str) -> LeakcheckError:
+def _translate(exc: BaseException) -> LeakcheckError:
+    """The LeakcheckError for a Spark failure on bad input; re-raises anything else."""
     err = errors.from_spark_exception(exc)
     if err is None:
         raise exc
@@ -159,7 +160,8 @@ def parse_object(obj: object, src: Source) -> tuple:
     ``{where}``, which the driver replaces with the row's file and line.
     """
     if not isinstance(obj, dict):
-        return _row_error(errors.BAD_FORMAT, f"{{where}} is not a JSON object ({type(obj).__name__})")
+        kind = type(obj).__name__
+        return _row_error(errors.BAD_FORMAT, f"{{where}} is not a JSON object ({kind})")
     text = obj.get(src.text_field, _MISSING)
     if text is _MISSING:
         return _row_error(
@@ -345,7 +347,7 @@ def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = F
         except LeakcheckError:
             raise
         except Exception as exc:  # noqa: BLE001 - translated or re-raised
-            raise _translate(exc, f"cannot read {src.path}") from None
+            raise _translate(exc) from None
         if prepare is not None:
             part = prepare(part)
         frame.parts.append((fmt, part.persist(StorageLevel.MEMORY_AND_DISK)))
@@ -413,7 +415,12 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         *orig,
         F.col("_metadata.file_path").alias("_lc_file"),
         F.col("_metadata.file_block_start").alias("_lc_block"),
-    ).withColumn("_lc_seq", F.monotonically_increasing_id()).withColumn("_lc_line", F.col("_lc_seq"))
+    )
+    # Not an id: within one (file, block) -- always read by one task, in order -- it increases
+    # with the row, so `_lc_seq - min(_lc_seq)` over the block is the row's ordinal (scan()).
+    # The parts are cached before the scan, so every later use sees the same values.
+    df = df.withColumn("_lc_seq", F.monotonically_increasing_id())
+    df = df.withColumn("_lc_line", F.col("_lc_seq"))
 
     def col(name: str):  # noqa: ANN202 - a Column
         return F.col(original_column(columns.index(name)))
@@ -521,7 +528,7 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
     try:
         rows = agg.collect()
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
-        raise _translate(exc, "cannot read the input") from None
+        raise _translate(exc) from None
 
     by_src: dict[int, list] = {}
     for r in rows:
@@ -560,13 +567,15 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
             raise LeakcheckError(errors.EMPTY_INPUT, f"no records in {src.label}")
         nonempty = [b for b in blocks if b.rows]
         if src.label_field and not any(b.has_label for b in nonempty):
-            raise LeakcheckError(errors.MISSING_FIELD,
-                                 f"label field {src.label_field!r} present in no row of {src.label}",
-                                 "check --label-field, or switch it off with -o NAME.label=")
+            raise LeakcheckError(
+                errors.MISSING_FIELD,
+                f"label field {src.label_field!r} present in no row of {src.label}",
+                "check --label-field, or switch it off with -o NAME.label=")
         if src.split is None and src.split_field and not any(b.has_split for b in nonempty):
-            raise LeakcheckError(errors.MISSING_FIELD,
-                                 f"split field {src.split_field!r} present in no row of {src.label}",
-                                 "check --split-field, or give the split as -d NAME:SPLIT=SOURCE")
+            raise LeakcheckError(
+                errors.MISSING_FIELD,
+                f"split field {src.split_field!r} present in no row of {src.label}",
+                "check --split-field, or give the split as -d NAME:SPLIT=SOURCE")
         int_ids[src.name] = int_ids.get(src.name, True) and (
             not src.id_field or all(b.id_int for b in nonempty))
         base = dataset_base.get(src.name, 0)
