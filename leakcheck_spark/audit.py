@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from leakcheck_spark import match, outputs, report
 from leakcheck_spark.errors import LeakcheckError, from_spark_exception
+from leakcheck_spark.near import near_edges
 from leakcheck_spark.normalize import with_keys
 from leakcheck_spark.options import Options, Source
 from leakcheck_spark.sources import read_records
@@ -135,9 +136,11 @@ def audit(sources: Sequence[Source], options: Options | None = None,
     sources = list(sources)
     timer = Timer()
     def keys(df: DataFrame) -> DataFrame:
-        # After keying, only a conflict's sample text is ever shown (200 characters): caching
-        # just that much keeps the cached input small.
+        # After keying, exact matching only shows a conflict's sample text (200 characters):
+        # caching just that much keeps the cached input small.  --near signs the full texts.
         keyed = with_keys(df, options.normalizer, options.lang, options.max_chars)
+        if options.near:
+            return keyed
         return keyed.withColumn("text", F.substring("text", 1, match.SAMPLE_TEXT_CHARS))
 
     records, frames, blocks = read_records(spark, sources, options, prepare=keys)
@@ -147,7 +150,10 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         n = sum(g["records"] for g in groups.values())
         timer.lap("read", f"read {len(sources)} sources: {n:,} records in {len(groups)} groups")
         kg = match.key_groups(records)
-        reached = match.reach(kg, match.exact_edges(kg)).persist(StorageLevel.MEMORY_AND_DISK)
+        edges = match.exact_edges(kg)
+        if options.near:
+            edges = edges.unionByName(near_edges(records, options))
+        reached = match.reach(kg, edges).persist(StorageLevel.MEMORY_AND_DISK)
         split_m, dataset_m = matrices(groups, dataset_of, reached)
         timer.lap("matrices", "matrices: split x split and dataset x dataset")
         overlaps = match.overlaps(records, reached)

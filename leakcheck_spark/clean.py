@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 from leakcheck_spark import errors, match, outputs
 from leakcheck_spark.audit import Timer, spark_action
 from leakcheck_spark.errors import LeakcheckError
+from leakcheck_spark.near import near_edges
 from leakcheck_spark.normalize import with_keys
 from leakcheck_spark.options import Options, Source
 from leakcheck_spark.report import native_id
-from leakcheck_spark.sources import number_rows, original_column, read_source, scan
+from leakcheck_spark.sources import RECORD_COLUMNS, number_rows, original_column, read_source, scan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -60,11 +61,12 @@ class CleanResult:
 
     @property
     def dropped(self) -> DataFrame:
-        """(row, id, reason, match_ids) of every dropped record, in input order."""
+        """(row, id, reason, match_ids, similarity) of every dropped record, in input order;
+        `similarity` is the best match's (1.0 exact, else the verified Jaccard) for `against`."""
         import pyspark.sql.functions as F
 
         return (self.rows.where(F.col("reason").isNotNull())
-                .select("row", "id", "reason", "match_ids").orderBy("row"))
+                .select("row", "id", "reason", "match_ids", "similarity").orderBy("row"))
 
     def summary(self) -> str:
         c = self.counts
@@ -98,8 +100,11 @@ class CleanResult:
         test_int, against_int = self.int_ids
         ids_int = {"against": against_int, "duplicate": test_int,
                    "conflict": test_int and against_int}[r.reason]
-        return {"id": native_id(r.id, test_int), "reason": r.reason,
-                "match_ids": [native_id(i, ids_int) for i in r.match_ids or []]}
+        entry = {"id": native_id(r.id, test_int), "reason": r.reason,
+                 "match_ids": [native_id(i, ids_int) for i in r.match_ids or []]}
+        if r.similarity is not None:
+            entry["similarity"] = r.similarity
+        return entry
 
 
 @spark_action
@@ -134,7 +139,14 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
         df = number_rows(spark, frame, blocks)
         others = df if others is None else others.unionByName(df)
     timer.lap("read", f"read {len(frames)} sources")
-    decided = decide(test_rows, others, dedup, drop_conflicts).persist(StorageLevel.MEMORY_AND_DISK)
+    near = None
+    if options.near:
+        everything = test_rows.select(*RECORD_COLUMNS, "key")
+        if others is not None:
+            everything = everything.unionByName(others.select(*RECORD_COLUMNS, "key"))
+        near = near_edges(everything, options)
+    decided = decide(test_rows, others, dedup, drop_conflicts, near)
+    decided = decided.persist(StorageLevel.MEMORY_AND_DISK)
     counts = {r: 0 for r in REASONS}
     total = 0
     for r in decided.groupBy("reason").count().collect():
@@ -154,29 +166,47 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
 
 
 def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
-           drop_conflicts: bool) -> DataFrame:
-    """Stage: add `reason` (null = kept) and `match_ids` to every test record.
+           drop_conflicts: bool, near: DataFrame | None = None) -> DataFrame:
+    """Stage: add `reason` (null = kept), `match_ids` and `similarity` to every test record.
 
     Args:
         test: keyed test records (RECORD_COLUMNS + key + anything to carry along).
         against: keyed records of the --against sources, or None.
+        near: verified near edges (key, other, match, similarity) over test and against keys,
+            or None for exact matching only.
     """
     import pyspark.sql.functions as F
 
     null_ids = F.lit(None).cast(f"array<{dict(test.dtypes)['id']}>")
     df = test
     nonempty = F.col("key").isNotNull()
-    # against: the 5 smallest ids of --against records with the same key.
+    # Which keys match which: every key itself (exact), plus the verified near edges.
+    keys = test.select("key")
     if against is not None:
-        hits = match.smallest_ids(against, by=("key",)).select(
-            "key", F.transform("ids", lambda x: x["id"]).alias("_against"))
+        keys = keys.unionByName(against.select("key"))
+    edges = match.exact_edges(keys.where(nonempty))
+    if near is not None:
+        edges = edges.unionByName(near)
+    # against: the 5 smallest ids of --against records matching the record's key.
+    if against is not None:
+        ids = match.smallest_ids(against, by=("key",)).withColumnRenamed("key", "other")
+        hits = (
+            edges.join(ids, "other").groupBy("key")
+            .agg(match.first_ids(F.col("ids")).alias("_against"),
+                 F.max(F.when(F.col("match") == "exact", F.lit(1.0))
+                       .otherwise(F.col("similarity"))).alias("_against_sim"))
+        )
         df = df.join(hits, "key", "left")
     else:
-        df = df.withColumn("_against", null_ids)
-    # duplicate: an earlier test record (input order) with the same key.
+        df = df.withColumn("_against", null_ids).withColumn("_against_sim", F.lit(None))
+    # duplicate: an earlier test record (input order) whose key matches this record's.
     first = (test.where(nonempty).groupBy("key")
-             .agg(F.min("row").alias("_first_row"), F.min_by("id", "row").alias("_first_id")))
-    df = df.join(first, "key", "left")
+             .agg(F.min(F.struct("row", "id")).alias("_first")))
+    earliest = (edges.join(first.withColumnRenamed("key", "other"), "other")
+                .groupBy("key").agg(F.min("_first").alias("_first")))
+    df = df.join(earliest, "key", "left")
+    df = (df.withColumn("_first_row", F.col("_first.row"))
+          .withColumn("_first_id", F.col("_first.id")))
     is_dup = F.lit(dedup) & nonempty & (F.col("row") > F.col("_first_row"))
     # conflict: the key carries a canonical label other than this record's own.
     if drop_conflicts:
@@ -209,8 +239,10 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
         .when(is_dup, F.array(F.col("_first_id")))
         .when(F.col("_conflict").isNotNull(), F.col("_conflict"))
     )
-    return df.withColumn("reason", reason).withColumn("match_ids", ids).drop(
-        "_against", "_first_row", "_first_id", "_conflict")
+    similarity = F.when(F.col("_against").isNotNull(), F.col("_against_sim"))
+    return (df.withColumn("reason", reason).withColumn("match_ids", ids)
+            .withColumn("similarity", similarity)
+            .drop("_against", "_against_sim", "_first", "_first_row", "_first_id", "_conflict"))
 
 
 def write_rows(result: CleanResult, out: str) -> None:

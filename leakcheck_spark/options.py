@@ -91,11 +91,6 @@ class Options:
             raise bad("--shingle", self.shingle, "a positive integer")
         if self.num_perm <= 0:
             raise bad("--num-perm", self.num_perm, "a positive integer")
-        if self.near:
-            raise LeakcheckError(
-                USAGE, "--near is not available yet in this version of leakcheck-spark",
-                "run without --near for exact (normalised) matching",
-            )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -1,0 +1,119 @@
+"""Verified near-duplicates: exact similarities, nothing below the threshold, recall, skew."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+from conftest import spark_conf, write_jsonl
+
+from leakcheck_spark import Options, Source, audit
+from leakcheck_spark import minhash as mh
+from leakcheck_spark.near import near_edges
+from leakcheck_spark.normalize import tokens, with_keys
+
+WORDS = [f"w{i}" for i in range(400)] + list("(){};=+-*<>")
+
+
+def variant(rnd: random.Random, toks: list[str], edits: int) -> list[str]:
+    out = list(toks)
+    for _ in range(edits):
+        out[rnd.randrange(len(out))] = rnd.choice(WORDS)
+    return out
+
+
+def jaccard(a: str, b: str, k: int = 5) -> float:
+    sa, sb = (set(mh.shingles(tokens(t), k)) for t in (a, b))
+    return len(sa & sb) / len(sa | sb)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """Group a/train: 40 base texts; b/test: edited copies at many Jaccard levels + unrelated."""
+    rnd = random.Random(11)
+    d = tmp_path_factory.mktemp("near")
+    bases = [[rnd.choice(WORDS) for _ in range(rnd.randint(60, 120))] for _ in range(40)]
+    copies = [variant(rnd, b, rnd.choice([0, 1, 1, 2, 3, 5, 8, 15])) for b in bases]
+    copies += [[rnd.choice(WORDS) for _ in range(80)] for _ in range(10)]
+    a = [" ".join(t) for t in bases]
+    b = [" ".join(t) for t in copies]
+    write_jsonl(d / "a.jsonl", [{"t": t} for t in a])
+    write_jsonl(d / "b.jsonl", [{"t": t} for t in b])
+    truth = {(i, j): jaccard(x, y) for (i, x), (j, y) in
+             itertools.product(enumerate(a), enumerate(b))}
+    srcs = [Source("a", str(d / "a.jsonl"), split="train", text_field="t"),
+            Source("b", str(d / "b.jsonl"), split="test", text_field="t")]
+    return srcs, truth
+
+
+def test_near_overlaps_are_exact_and_complete_above_09(spark, planted):
+    srcs, truth = planted
+    res = audit(srcs, Options(near=True), spark=spark)
+    got = {(r.id, r.match_ids[0]): (r.match, r.similarity)
+           for r in res.overlaps.where("`from` = 'a/train'").collect()}
+    # Precision: every reported pair is at or above 0.8 with its exact Jaccard.
+    for (i, j), (kind, sim) in got.items():
+        assert sim == pytest.approx(truth[i, j], abs=1e-12) and sim >= 0.8
+        assert kind == ("exact" if truth[i, j] == 1.0 else "near")
+    # Recall: every pair at J >= 0.9 is found (P(miss) < 1e-4 per pair with 16 x 8 bands).
+    strong = {p for p, j in truth.items() if j >= 0.9}
+    assert strong and strong <= set(got)
+    assert any(0.8 <= j < 0.9 for j in truth.values())   # the data has pairs near the threshold
+    assert any(0.5 < j < 0.8 for j in truth.values())    # ... and just below it
+    count = res.split_matrix["a/train"]["b/test"]["count"]
+    assert count == len({i for i, _ in got})
+
+
+def test_near_report_is_the_same_on_any_partitioning(spark, planted):
+    srcs, _ = planted
+
+    def run():
+        res = audit(srcs, Options(near=True, threshold=0.7), spark=spark)
+        rep = res.to_dict()
+        rep.pop("timings")
+        return rep, sorted(tuple(r) for r in res.overlaps.collect())
+
+    with spark_conf(spark, **{"spark.sql.shuffle.partitions": 1}):
+        one = run()
+    with spark_conf(spark, **{"spark.sql.shuffle.partitions": 8,
+                              "spark.sql.files.maxPartitionBytes": 2000,
+                              "spark.sql.files.openCostInBytes": 0}):
+        eight = run()
+    assert one == eight and one[1]
+
+
+def test_a_large_bucket_is_bounded_but_still_matched(spark, tmp_path):
+    # 300 near-identical boilerplate texts (one token differs) share almost every band bucket.
+    base = " ".join(f"t{i}" for i in range(100))
+    texts = [base + f" v{i}" for i in range(300)]
+    write_jsonl(tmp_path / "a.jsonl", [{"t": t} for t in texts])
+    df = spark.read.json(str(tmp_path / "a.jsonl")).selectExpr(
+        "'a' as dataset", "0L as row", "t as text").transform(with_keys)
+    edges = near_edges(df, Options(near=True), max_bucket=10).collect()
+    keys = {e.key for e in edges}
+    assert len(keys) == 300                                       # everyone has a match
+    assert all(e.similarity == pytest.approx(96 / 98) for e in edges)     # 96 shared of 98
+    pairs = len(edges) // 2
+    assert pairs <= 16 * 300 * 10           # at most bands x keys x window ...
+    assert pairs < (300 * 299 // 2) // 5    # ... far from all 44,850 pairs
+
+
+def test_clean_near_drops_near_copies_with_their_similarity(cli, tmp_path):
+    rnd = random.Random(5)
+    base = [rnd.choice(WORDS) for _ in range(100)]
+    far = [rnd.choice(WORDS) for _ in range(100)]
+    write_jsonl(tmp_path / "train.jsonl", [{"t": " ".join(base)}])
+    write_jsonl(tmp_path / "test.jsonl", [{"t": " ".join(variant(rnd, base, 1))},
+                                          {"t": " ".join(far)}])
+    out, report = tmp_path / "o.jsonl", tmp_path / "r.json"
+    code, stdout, _ = cli("clean", "--test", f"t={tmp_path / 'test.jsonl'}", "--against",
+                          f"tr={tmp_path / 'train.jsonl'}", "--text-field", "t", "--near",
+                          "--out", out, "--report", report)
+    assert code == 0 and "kept 1, dropped 1 (against 1)" in stdout
+    (entry,) = json.loads(report.read_text())["dropped"]
+    rows = [json.loads(x)["t"] for x in (tmp_path / "test.jsonl").read_text().splitlines()]
+    assert entry["id"] == 0 and entry["match_ids"] == [0]
+    assert entry["similarity"] == pytest.approx(jaccard(rows[0], " ".join(base)))
+    assert json.loads(out.read_text())["t"] == " ".join(far)
