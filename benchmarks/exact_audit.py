@@ -13,57 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-
-def tree_pss(pid: int) -> int:
-    """Proportional set size (bytes) of `pid` and all its descendants (Linux /proc).
-
-    PSS, not RSS: PySpark forks its Python workers from one daemon, and RSS would count the
-    pages they share (the interpreter, pandas, pyarrow) once per worker.
-    """
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry))
-        except (OSError, IndexError, ValueError):
-            continue
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        stack.extend(children.get(p, []))
-        try:
-            with open(f"/proc/{p}/smaps_rollup") as fh:
-                for line in fh:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            continue
-    return total
-
-
-def run(cmd: list[str]) -> tuple[float, int, int]:
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, tree_pss(proc.pid))
-        time.sleep(0.2)
-    wall = time.monotonic() - start
-    err = proc.stderr.read()
-    if proc.returncode not in (0, 1):
-        sys.exit(f"benchmark command failed ({proc.returncode}):\n{err}")
-    return wall, peak, proc.returncode
+from _common import run
 
 
 def main() -> None:

@@ -130,11 +130,19 @@ def candidates(signed: DataFrame, max_bucket: int = MAX_BUCKET) -> DataFrame:
 
     def pairs(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in batches:
+            left, right, pending = [], [], 0
             for keys in pdf["keys"]:
-                keys = list(keys)
-                i, j = bucket_pairs(keys, max_bucket)
-                arr = np.array(keys, dtype=object)
-                yield pd.DataFrame({"key": arr[i], "other": arr[j]})
+                arr = np.array(list(keys), dtype=object)
+                i, j = bucket_pairs(arr, max_bucket)
+                left.append(arr[i])
+                right.append(arr[j])
+                pending += len(i)
+                if pending >= 1_000_000:  # bounded output frames
+                    yield pd.DataFrame({"key": np.concatenate(left),
+                                        "other": np.concatenate(right)})
+                    left, right, pending = [], [], 0
+            if left:
+                yield pd.DataFrame({"key": np.concatenate(left), "other": np.concatenate(right)})
 
     return buckets.mapInPandas(pairs, "key binary, other binary").distinct()
 

@@ -1,0 +1,66 @@
+"""Helpers shared by the benchmark scripts: run a command and measure its memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def tree_pss(pid: int) -> int:
+    """Proportional set size (bytes) of `pid` and all its descendants (Linux /proc).
+
+    PSS, not RSS: PySpark forks its Python workers from one daemon, and RSS would count the
+    pages they share (the interpreter, pandas, pyarrow) once per worker.
+    """
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        stack.extend(children.get(p, []))
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            continue
+    return total
+
+
+def run(cmd: list[str], timeout: float | None = None) -> tuple[float, int, int]:
+    """Run `cmd`; return (wall seconds, peak PSS bytes of its process tree, exit code).
+
+    Raises TimeoutError (after killing the whole process group) past `timeout` seconds; exits
+    with the command's stderr if it fails.
+    """
+    start = time.monotonic()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                start_new_session=True)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_pss(proc.pid))
+            if timeout is not None and time.monotonic() - start > timeout:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise TimeoutError(cmd[0])
+            time.sleep(0.2)
+        wall = time.monotonic() - start
+        if proc.returncode not in (0, 1):
+            err.seek(0)
+            sys.exit(f"benchmark command failed ({proc.returncode}):\n{err.read()[-5000:]}")
+    return wall, peak, proc.returncode
