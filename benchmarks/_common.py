@@ -41,7 +41,8 @@ def tree_pss(pid: int) -> int:
     return total
 
 
-def run(cmd: list[str], timeout: float | None = None) -> tuple[float, int, int]:
+def run(cmd: list[str], timeout: float | None = None,
+        ok: tuple[int, ...] = (0, 1)) -> tuple[float, int, int]:
     """Run `cmd`; return (wall seconds, peak PSS bytes of its process tree, exit code).
 
     Raises TimeoutError (after killing the whole process group) past `timeout` seconds; exits
@@ -60,7 +61,7 @@ def run(cmd: list[str], timeout: float | None = None) -> tuple[float, int, int]:
                 raise TimeoutError(cmd[0])
             time.sleep(0.2)
         wall = time.monotonic() - start
-        if proc.returncode not in (0, 1):
+        if proc.returncode not in ok:
             err.seek(0)
             sys.exit(f"benchmark command failed ({proc.returncode}):\n{err.read()[-5000:]}")
     return wall, peak, proc.returncode

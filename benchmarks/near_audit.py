@@ -145,7 +145,7 @@ def peer_mllib(corpus: Path, out: Path) -> None:
     groups, _, texts = load(corpus)
     batch = shingle_sets(texts)
     spark = get_session("local[*]", app_name="mllib-peer")
-    dim = (1 << 31) - 1
+    dim = 1 << 30  # MLlib's MinHashLSH accepts dimensions up to its prime 2,038,074,743
     rows = []
     for i in range(len(texts)):
         idx = np.unique((batch.get(i) % np.uint64(dim)).astype(np.int64))
@@ -199,6 +199,8 @@ def main() -> None:
     print(f"input: {n:,} records from {args.corpus}")
     figures = {}
     figures["ours"], overlaps = ours(args.corpus, work)
+    print(f"ours: {figures['ours']['wall']:.1f} s, peak {figures['ours']['peak'] / 2**30:.2f} GiB",
+          flush=True)
     row_of = {(g, i): r for r, (g, i) in enumerate(zip(groups, ids))}
     reported = {"ours": {(row_of[o["from"], o["id"]], o["to"]): o["similarity"] for o in overlaps}}
     for peer in [p for p in args.peers.split(",") if p]:
@@ -206,12 +208,13 @@ def main() -> None:
         cmd = [sys.executable, __file__, str(args.corpus), "--run-peer", peer, "--peer-out",
                str(out)]
         try:
-            wall, peak, _ = run(cmd, timeout=args.timeout)
+            wall, peak, _ = run(cmd, timeout=args.timeout, ok=(0,))
         except TimeoutError:
             figures[peer] = {"wall": None, "note": f"stopped after {args.timeout:.0f} s"}
             print(f"{peer}: did not finish in {args.timeout:.0f} s")
             continue
         figures[peer] = {"wall": wall, "peak": peak}
+        print(f"{peer}: {wall:.1f} s, peak {peak / 2**30:.2f} GiB", flush=True)
         reported[peer] = {(i, g): j for i, g, j in json.loads(out.read_text())}
 
     # Ground truth on a fixed sample of test records.
