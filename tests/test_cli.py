@@ -167,3 +167,28 @@ def test_python_dash_m_entry_point(data):
     proc = subprocess.run([sys.executable, "-m", "leakcheck_spark", "audit", "--bogus"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and error_code(proc.stderr) == "LC_E_USAGE"
+
+
+def test_split_field_overrides_and_max_rows_through_the_cli(cli, tmp_path):
+    write_jsonl(tmp_path / "x.jsonl", [
+        {"i": "k1", "txt": "int a;", "s": "train", "y": 1},
+        {"i": "k2", "txt": "int  a;", "s": "test", "y": 0},
+        {"i": "k3", "txt": "int b;", "s": "test", "y": 1},
+        {"i": "k4", "txt": "int c;", "s": "train", "y": 0}])
+    write_jsonl(tmp_path / "z.jsonl", [{"code": "int b;"}, {"code": "int c;"}])
+    code, stdout, _ = cli("audit", "-d", f"x={tmp_path / 'x.jsonl'}", "-d",
+                          f"z:ref={tmp_path / 'z.jsonl'}", "--text-field", "txt",
+                          "--split-field", "s", "--label-field", "y", "-o", "x.id=i",
+                          "-o", "z.text=code", "-o", "z.label=", "--max-rows", "3",
+                          "--json", "-")
+    assert code == 0
+    rep = json.loads(stdout)
+    assert rep["groups"] == {"x/test": {"records": 2, "empty": 0},
+                             "x/train": {"records": 1, "empty": 0},
+                             "z/ref": {"records": 2, "empty": 0}}
+    assert rep["split_matrix"]["x/test"]["x/train"] == {"count": 1, "fraction": 0.5}
+    assert rep["dataset_matrix"]["x"]["z"] == {"count": 1, "fraction": 1 / 3}
+    assert {(o["from"], o["id"], o["to"]) for o in rep["overlaps"]["sample"]} == {
+        ("x/test", "k2", "x/train"), ("x/train", "k1", "x/test"),
+        ("x/test", "k3", "z/ref"), ("z/ref", 0, "x/test")}
+    assert rep["label_conflicts"]["count"] == 1
