@@ -117,3 +117,18 @@ def test_clean_near_drops_near_copies_with_their_similarity(cli, tmp_path):
     assert entry["id"] == 0 and entry["match_ids"] == [0]
     assert entry["similarity"] == pytest.approx(jaccard(rows[0], " ".join(base)))
     assert json.loads(out.read_text())["t"] == " ".join(far)
+
+
+def test_clean_dedup_near_keeps_the_first_of_near_copies(cli, tmp_path):
+    rnd = random.Random(9)
+    base = [rnd.choice(WORDS) for _ in range(100)]
+    rows = [" ".join(base), " ".join([rnd.choice(WORDS) for _ in range(100)]),
+            " ".join(variant(rnd, base, 1))]
+    write_jsonl(tmp_path / "t.jsonl", [{"t": t} for t in rows])
+    out, report = tmp_path / "o.jsonl", tmp_path / "r.json"
+    code, stdout, _ = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--text-field", "t",
+                          "--near", "--dedup", "--out", out, "--report", report)
+    assert code == 0 and "kept 2, dropped 1 (duplicate 1)" in stdout
+    assert json.loads(report.read_text())["dropped"] == [
+        {"id": 2, "reason": "duplicate", "match_ids": [0]}]
+    assert [json.loads(x)["t"] for x in out.read_text().splitlines()] == rows[:2]
