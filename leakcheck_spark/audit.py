@@ -135,6 +135,7 @@ def audit(sources: Sequence[Source], options: Options | None = None,
     spark = spark or get_session()
     sources = list(sources)
     timer = Timer()
+
     def keys(df: DataFrame) -> DataFrame:
         # After keying, exact matching only shows a conflict's sample text (200 characters):
         # caching just that much keeps the cached input small.  --near signs the full texts.

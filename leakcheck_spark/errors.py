@@ -81,12 +81,12 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
         return LeakcheckError(m.group(1), m.group(2).strip())
     m = _PATH_NOT_FOUND.search(text)
     if m:
-        return LeakcheckError(IO, f"no such file or directory: {_local(m.group(1))}")
+        return LeakcheckError(IO, f"no such file or directory: {display_path(m.group(1))}")
     m = _READ_FILE.search(text)
     if m:
         cause = _cause(text)
         return LeakcheckError(
-            BAD_FORMAT, f"cannot read {_local(m.group(1))}" + (f": {cause}" if cause else "")
+            BAD_FORMAT, f"cannot read {display_path(m.group(1))}" + (f": {cause}" if cause else "")
         )
     if "PATH_NOT_FOUND" in text or "FileNotFoundException" in text:
         return LeakcheckError(IO, _first_line(text))
@@ -108,8 +108,12 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0][:300] if text.strip() else "I/O error"
 
 
-def _local(uri: str) -> str:
-    """Show local files as plain paths, other URIs as they are."""
+def display_path(uri: str) -> str:
+    """A local file (plain path or ``file:`` URI) as a plain path; other URIs as they are.
+
+    >>> display_path("file:///tmp/a.jsonl"), display_path("file:/tmp/a"), display_path("s3a://b/k")
+    ('/tmp/a.jsonl', '/tmp/a', 's3a://b/k')
+    """
     for prefix in ("file://", "file:"):
         if uri.startswith(prefix):
             rest = uri[len(prefix):]

@@ -39,11 +39,7 @@ def is_local(path: str) -> bool:
 
 def local_path(path: str) -> str:
     """The OS path of a local path or ``file:`` URI."""
-    if path.startswith("file://"):
-        return path[len("file://"):]
-    if path.startswith("file:"):
-        return path[len("file:"):]
-    return path
+    return errors.display_path(path)
 
 
 def spark_uri(path: str) -> str:

@@ -555,13 +555,11 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         if first_error is not None:
             b, line = first_error
             err = errors.decode_row_error(b.err._lc_err)
-            where = f"{_UNIT[b.fmt]} {line} of {errors._local(b._lc_file)}"
-            if b.fmt == "json":
-                where = f"element {line - 1} of {errors._local(b._lc_file)}"
+            file = errors.display_path(b._lc_file)
+            number = line - 1 if b.fmt == "json" else line  # list elements count from 0
+            where = f"{_UNIT[b.fmt]} {number} of {file}"
             raise LeakcheckError(
-                err.code, err.message.replace("{where}", where).replace(
-                    "{file}", errors._local(b._lc_file))
-            )
+                err.code, err.message.replace("{where}", where).replace("{file}", file))
         total = min(src_rows, cap) if cap else src_rows
         if total == 0:
             raise LeakcheckError(errors.EMPTY_INPUT, f"no records in {src.label}")
