@@ -52,12 +52,13 @@ def load(corpus: Path) -> tuple[list[str], list[str], list[str]]:
 
 
 def shingle_sets(texts: list[str]):  # noqa: ANN201 - a ShingleBatch
-    import pandas as pd
+    """Every record's shingle set, computed by our vectorised code (given to both peers, so
+    they are measured on MinHash, LSH and verification, not on tokenising)."""
+    import pyarrow as pa
 
     from leakcheck_spark import minhash as mh
 
-    toks = mh.tokenize_series(pd.Series(texts, dtype=object), "whitespace", "c", None)
-    return mh.shingle_batch(toks, 5)
+    return mh.shingle_batch(pa.array(texts, pa.large_string()), 5)
 
 
 def truth_for_sample(batch, sample: np.ndarray, t: float) -> dict[int, list[tuple[int, float]]]:

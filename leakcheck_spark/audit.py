@@ -145,6 +145,8 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         return keyed.withColumn("text", F.substring("text", 1, match.SAMPLE_TEXT_CHARS))
 
     records, frames, blocks = read_records(spark, sources, options, prepare=keys)
+    cached = [part for frame in frames for _, part in frame.parts]
+    reached = None
     try:
         groups, dataset_of = group_stats(records)
         int_groups = {g for g, d in dataset_of.items() if d in blocks.int_datasets}
@@ -153,29 +155,34 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         kg = match.key_groups(records)
         edges = match.exact_edges(kg)
         if options.near:
-            edges = edges.unionByName(near_edges(records, options))
+            near, near_cached = near_edges(records, options)
+            cached += near_cached
+            edges = edges.unionByName(near)
         reached = match.reach(kg, edges).persist(StorageLevel.MEMORY_AND_DISK)
         split_m, dataset_m = matrices(groups, dataset_of, reached)
         timer.lap("matrices", "matrices: split x split and dataset x dataset")
-        overlaps = match.overlaps(records, reached)
+        # Counted, sampled and written: cached so each is computed once.
+        overlaps = match.overlaps(records, reached).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(overlaps)
         overlap_count = overlaps.count()
         overlap_sample = [report.native_overlap(r, int_groups)
                           for r in _sample(overlaps, ("from", "to", "id"))]
         timer.lap("overlaps", f"overlaps: {overlap_count:,} (record, other group) pairs")
-        conflicts = match.label_conflicts(records)
+        conflicts = match.label_conflicts(records).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(conflicts)
         conflict_count = conflicts.count()
         conflict_sample = [report.native_conflict(r, int_groups)
                            for r in _sample(conflicts.withColumn(
                                "members", F.slice("members", 1, report.SAMPLE_MEMBERS)), ("key",))]
         timer.lap("label_conflicts", f"label conflicts: {conflict_count:,}")
     except BaseException:
-        for frame in frames:
-            frame.unpersist()
+        for df in [*cached, *([reached] if reached is not None else [])]:
+            df.unpersist()
         raise
     return AuditResult(
         sources, options, groups, split_m, dataset_m, overlaps, conflicts,
         overlap_count, overlap_sample, conflict_count, conflict_sample, timer.timings,
-        _cached=[reached, *(part for f in frames for _, part in f.parts)],
+        _cached=[reached, *cached],
     )
 
 

@@ -139,12 +139,12 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
         df = number_rows(spark, frame, blocks)
         others = df if others is None else others.unionByName(df)
     timer.lap("read", f"read {len(frames)} sources")
-    near = None
+    near, near_cached = None, []
     if options.near:
         everything = test_rows.select(*RECORD_COLUMNS, "key")
         if others is not None:
             everything = everything.unionByName(others.select(*RECORD_COLUMNS, "key"))
-        near = near_edges(everything, options)
+        near, near_cached = near_edges(everything, options)
     decided = decide(test_rows, others, dedup, drop_conflicts, near)
     decided = decided.persist(StorageLevel.MEMORY_AND_DISK)
     counts = {r: 0 for r in REASONS}
@@ -158,6 +158,8 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
     timer.lap("decide", f"clean {test.label}: kept {counts['kept']:,}, dropped {dropped:,}")
     for frame in frames[1:]:  # the test rows stay cached until the kept rows are written
         frame.unpersist()
+    for df in near_cached:
+        df.unpersist()
     int_ids = (test.name in blocks.int_datasets,
                all(s.name in blocks.int_datasets for s in against))
     return CleanResult(test, options, formats[0], decided,

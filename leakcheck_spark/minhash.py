@@ -1,21 +1,36 @@
 """Shingles and MinHash signatures over whole batches of texts, in numpy (SPEC sections 4-5).
 
-Everything here is plain numpy/pandas, runs inside Spark's Python workers on Arrow batches, and is
-unit-tested without Spark.  No Python loop runs per shingle: tokens are found per text by one C
-regex call, hashed once per *distinct* token of the batch, and shingle hashes, set de-duplication
-and signatures are array operations over the whole batch.
+Everything here is plain numpy, runs inside Spark's Python workers on Arrow batches, and is
+unit-tested without Spark.  No Python loop runs per token or per shingle: a batch of texts is one
+UTF-8 byte buffer (Arrow's own, zero-copy, for ASCII texts), tokens are found by classifying its
+bytes, and token hashes, shingle hashes, set de-duplication and signatures are array operations
+over the whole batch.
+
+Tokens are ``\\w+|[^\\w\\s]`` (SPEC section 4).  For ASCII text that is exactly: runs of
+``[0-9A-Za-z_]`` bytes, and every other non-whitespace byte alone.  A text with non-ASCII
+characters (or any text under the ``code`` normaliser, whose comments are stripped in Python) is
+tokenised by the regular expression instead and its tokens re-joined by single spaces; in that
+buffer every non-ASCII byte counts as a word byte, which splits it back into the same tokens
+(tokens hold no whitespace).  Both paths give the same tokens, so the same hashes.
+
+Token hash.  A polynomial over the token's UTF-8 bytes, then a 64-bit finaliser:
+
+    tok(u_1 .. u_n) = fmix64( (sum_i (u_i + 1) * Q^(n - i)  mod 2^64)  XOR  n * C )
+
+With prefix sums of ``(u_j + 1) * Q^-j`` over the buffer (Q is odd, so invertible mod 2^64), the
+hash of every token is one subtraction and one multiplication, whatever its length.
 
 Shingle hash.  A shingle is a run of K consecutive tokens (a text with fewer than K tokens, but at
 least one, is one shingle of all its tokens).  Its 64-bit hash is
 
     h(t_1 .. t_L) = fmix64( sum_j  tok(t_j) * M^(L - j)  (mod 2^64)  XOR  L )
 
-where ``tok`` is the first 8 bytes (little endian) of BLAKE2b of the token's UTF-8 and M an odd
-64-bit constant: a polynomial rolling hash, so the hashes of all windows come from K shifted
-multiply-adds over the batch's token-hash array.  :func:`shingle_hash` is the same definition for
-one shingle, in plain Python (the reference the vectorised code is tested against).  Shingle *sets*
-(for exact Jaccard verification) are the sorted unique 64-bit hashes of a text; two different
-shingles collide with probability ~2^-64 per pair.
+so the hashes of all windows come from K shifted multiply-adds over the batch's token hashes.
+:func:`token_hash` and :func:`shingle_hash` are the same definitions for one token and one shingle,
+in plain Python (the references the vectorised code is tested against).  Shingle *sets* (for exact
+Jaccard verification) are the sorted unique 64-bit hashes of a text; two different shingles
+collide with probability ~2^-64 per pair.  (Polynomial hashes mod 2^64 can be made to collide on
+purpose; on real text that does not happen.)
 
 MinHash.  Signatures follow ``datasketch.MinHash`` bit for bit, given the same 32-bit shingle hash
 (the low 32 bits of ours, :func:`shingle_hash32`): the permutation parameters are drawn exactly as
@@ -28,31 +43,37 @@ hashfunc=shingle_hash32)`` fed the same shingles holds the same ``hashvalues``.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    import pandas as pd
+    import pyarrow as pa
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 SCHEMES = ("affine32", "legacy")
 DEFAULT_SEED = 1
 
 _M = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the rolling shingle hash
+_Q = 0xD6E8FEB86659FD93  # odd multiplier of the token hash
+_Q_INV = pow(_Q, -1, 1 << 64)
+_LEN_MIX = np.uint64(0xC2B2AE3D27D4EB4F)
+_MASK64 = (1 << 64) - 1
 _MERSENNE = np.uint64((1 << 61) - 1)
 _MASK32 = np.uint64((1 << 32) - 1)
 # Columns (shingles) handled per signature block: bounds the P x n temporary array to
 # num_perm * _BLOCK * 4 bytes (16 MiB at P = 128) whatever the batch size.
 _BLOCK = 32768
+# Bytes of text tokenised at once: bounds the per-byte temporaries (~40 bytes a byte).
+_CHUNK_BYTES = 1 << 22
 
-
-def token_hash(token: str) -> int:
-    """The 64-bit hash of one token: BLAKE2b of its UTF-8, first 8 bytes little endian."""
-    return int.from_bytes(hashlib.blake2b(token.encode("utf-8", "surrogatepass"),
-                                          digest_size=8).digest(), "little")
+# Byte classes of the tokenizer: ASCII as the regular expression sees it (str patterns: \s also
+# holds \x1c-\x1f); bytes >= 0x80 only occur in re-joined token buffers, where they are word bytes.
+_SPACE, _WORD, _PUNCT = 0, 1, 2
+_CLASS = np.array([_WORD if c >= 128 or re.match(r"\w", chr(c)) else
+                   _SPACE if re.match(r"\s", chr(c)) else _PUNCT for c in range(256)],
+                  dtype=np.uint8)
 
 
 def _fmix64(h: np.ndarray) -> np.ndarray:
@@ -69,6 +90,20 @@ def _fmix32(h: np.ndarray) -> np.ndarray:
     h = h ^ (h >> np.uint32(13))
     h = h * np.uint32(0xC2B2AE35)
     return h ^ (h >> np.uint32(16))
+
+
+def token_hash(token: str) -> int:
+    """The 64-bit hash of one token (the reference definition; see the module docstring).
+
+    >>> token_hash("ab") == token_hash("ab") != token_hash("ba")
+    True
+    """
+    data = token.encode("utf-8", "surrogatepass")
+    acc = 0
+    for byte in data:
+        acc = (acc * _Q + byte + 1) & _MASK64
+    mixed = np.array([acc ^ ((len(data) * int(_LEN_MIX)) & _MASK64)], dtype=np.uint64)
+    return int(_fmix64(mixed)[0])
 
 
 def shingle_hash(tokens: Sequence[str]) -> int:
@@ -121,9 +156,10 @@ def permutations(num_perm: int, seed: int = DEFAULT_SEED,
 
 
 class ShingleBatch:
-    """The shingle sets of a batch of token lists: `hashes` (uint64, sorted and unique within each
-    text) and `offsets` (text i owns ``hashes[offsets[i]:offsets[i + 1]]``; empty for a text with
-    no tokens)."""
+    """The shingle hashes of a batch of texts: `hashes` (uint64) and `offsets` (text i owns
+    ``hashes[offsets[i]:offsets[i + 1]]``; empty for a text with no tokens).  After
+    :func:`shingle_batch` with ``sets=True`` each text's hashes are sorted and unique (its set);
+    otherwise they are in text order and may repeat (enough for MinHash)."""
 
     def __init__(self, hashes: np.ndarray, offsets: np.ndarray) -> None:
         self.hashes = hashes
@@ -139,38 +175,211 @@ class ShingleBatch:
         return self.hashes[self.offsets[i]:self.offsets[i + 1]]
 
 
-def shingle_batch(token_lists: Sequence[Sequence[str]], k: int) -> ShingleBatch:
-    """Hash the shingle sets of many token lists at once (no per-shingle Python loop)."""
-    import pandas as pd
+# --- texts to one byte buffer -------------------------------------------------------------
 
-    n_texts = len(token_lists)
-    lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=n_texts)
-    flat = [tok for toks in token_lists for tok in toks]
-    if not flat:
-        return ShingleBatch(np.zeros(0, np.uint64), np.zeros(n_texts + 1, np.int64))
-    codes, uniques = pd.factorize(pd.Series(flat, dtype=object), sort=False)
-    vocab = np.fromiter((token_hash(u) for u in uniques), dtype=np.uint64, count=len(uniques))
-    tok = vocab[codes]
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    # Shingle length per text, and number of shingles per text.
-    width = np.minimum(lengths, k)
-    counts = np.where(lengths >= k, lengths - k + 1, (lengths > 0).astype(np.int64))
-    owner = np.repeat(np.arange(n_texts), counts)
-    first = np.repeat(starts, counts) + (np.arange(counts.sum()) - np.repeat(
-        np.concatenate(([0], np.cumsum(counts)[:-1])), counts))
+
+def _joined_tokens(text: object, normalizer: str, lang: str, max_chars: int | None) -> bytes:
+    """The slow path for one text: its tokens joined by single spaces, as UTF-8."""
+    from leakcheck_spark.normalize import tokens
+
+    if not isinstance(text, str):
+        return b""
+    return " ".join(tokens(text, normalizer, lang, max_chars)).encode("utf-8", "surrogatepass")
+
+
+def arrow_bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(data uint8, offsets int64) of an Arrow string or binary array, zero-copy: value i is
+    ``data[offsets[i]:offsets[i + 1]]`` (nulls are whatever bytes Arrow holds, usually none)."""
+    import pyarrow as pa
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_string(arr.type):
+        arr = arr.cast(pa.large_string())
+    elif pa.types.is_binary(arr.type):
+        arr = arr.cast(pa.large_binary())
+    _, off_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(off_buf, dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    data = (np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None
+            else np.zeros(0, dtype=np.uint8))
+    return data, offsets
+
+
+def text_spans(texts: pa.Array | Sequence[str | None], normalizer: str = "whitespace",
+               lang: str = "c", max_chars: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(buf uint8, starts, ends): the bytes to tokenise; text i is ``buf[starts[i]:ends[i]]``.
+
+    Spans are in text order and do not overlap; bytes outside every span (a truncated tail, a
+    null's bytes) are not tokenised.  For an Arrow string array the ASCII texts stay in Arrow's
+    own buffer (no copy when every text is ASCII; `max_chars` just shortens spans); the others,
+    and all texts under ``code``, take the slow path of :func:`_joined_tokens` and are spliced in.
+    A Python sequence takes the slow path for every text (tests and benchmarks).
+    """
+    import pyarrow as pa
+
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    if not isinstance(texts, pa.Array) or normalizer == "code":
+        values = texts.to_pylist() if isinstance(texts, pa.Array) else texts
+        pieces = [_joined_tokens(t, normalizer, lang, max_chars) for t in values]
+        offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in pieces], out=offsets[1:])
+        return np.frombuffer(b"".join(pieces), dtype=np.uint8), offsets[:-1], offsets[1:]
+    n = len(texts)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint8), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    data, offsets = arrow_bytes(texts)
+    starts, ends = offsets[:-1].copy(), offsets[1:].copy()
+    if texts.null_count:
+        null = np.asarray(texts.is_null(), dtype=bool)
+        ends[null] = starts[null]
+    high = np.zeros(len(data) + 1, dtype=np.int64)
+    np.cumsum(data >= 0x80, out=high[1:])
+    slow = np.flatnonzero(high[ends] > high[starts])
+    if max_chars is not None:  # ASCII: one byte a character (slow texts are cut in Python)
+        ends = np.minimum(ends, starts + max_chars)
+    if not len(slow):
+        return data, starts, ends
+    pieces = [_joined_tokens(t, normalizer, lang, max_chars)
+              for t in texts.take(pa.array(slow)).to_pylist()]
+    old_end = offsets[1:][slow]
+    delta = np.array([len(p) for p in pieces], dtype=np.int64) - (old_end - starts[slow])
+    shift = np.zeros(n, dtype=np.int64)
+    shift[slow] = delta
+    shift = np.cumsum(shift) - shift  # texts after a spliced one move by its change in size
+    segments, prev = [], 0
+    for i, piece in zip(slow, pieces):
+        segments += [data[prev:starts[i]], np.frombuffer(piece, dtype=np.uint8)]
+        prev = offsets[i + 1]
+    segments.append(data[prev:])
+    starts = starts + shift
+    ends = ends + shift
+    ends[slow] = starts[slow] + np.array([len(p) for p in pieces], dtype=np.int64)
+    return np.concatenate(segments), starts, ends
+
+
+# --- tokens and shingle hashes --------------------------------------------------------------
+
+_POWERS: dict[str, np.ndarray] = {}
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(Q^j, Q^-j) mod 2^64 for j < n, cached and grown by doubling."""
+    if len(_POWERS.get("q", ())) < n:
+        size = max(n, 2 * len(_POWERS.get("q", ())), 1024)
+        for name, base in (("q", _Q), ("qinv", _Q_INV)):
+            p = np.full(size, base, dtype=np.uint64)
+            p[0] = 1
+            _POWERS[name] = np.cumprod(p, dtype=np.uint64)  # wraps mod 2^64
+    return _POWERS["q"], _POWERS["qinv"]
+
+
+def _token_hashes(buf: np.ndarray, starts: np.ndarray,
+                  ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes uint64, counts int64): every token's hash in text order, and tokens per text."""
+    n = len(buf)
+    if n == 0:
+        return np.zeros(0, np.uint64), np.zeros(len(starts), np.int64)
+    cls = _CLASS[buf]
+    if not (starts[0] == 0 and ends[-1] == n and np.array_equal(starts[1:], ends[:-1])):
+        edge = np.zeros(n + 1, dtype=np.int64)  # bytes outside every span are not text
+        np.add.at(edge, starts, 1)
+        np.add.at(edge, ends, -1)
+        cls[np.cumsum(edge[:n]) == 0] = _SPACE
+    word = cls == _WORD
+    begins = np.zeros(n + 1, dtype=bool)  # a text begins here: word runs never cross it
+    begins[starts] = True
+    begins[n] = True
+    prev_word = np.concatenate(([False], word[:-1]))
+    next_word = np.concatenate((word[1:], [False]))
+    word_start = word & (~prev_word | begins[:n])
+    word_last = word & (~next_word | begins[1:])
+    tok_start = np.flatnonzero(word_start | (cls == _PUNCT))
+    tok_end = tok_start + 1
+    tok_end[word[tok_start]] = np.flatnonzero(word_last) + 1
+    counts = np.searchsorted(tok_start, ends) - np.searchsorted(tok_start, starts)
+    q, qinv = _powers(n)
+    prefix = np.zeros(n + 1, dtype=np.uint64)
+    np.cumsum((buf.astype(np.uint64) + np.uint64(1)) * qinv[:n], out=prefix[1:])
+    poly = (prefix[tok_end] - prefix[tok_start]) * q[tok_end - 1]
+    length = (tok_end - tok_start).astype(np.uint64)
+    return _fmix64(poly ^ (length * _LEN_MIX)), counts
+
+
+def _window_hashes(tok: np.ndarray, counts: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes, shingles per text) of every K-token window of every text, in text order."""
+    n_texts = len(counts)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    width = np.minimum(counts, k)
+    n_sh = np.where(counts >= k, counts - k + 1, (counts > 0).astype(np.int64))
+    if not n_sh.sum():
+        return np.zeros(0, np.uint64), n_sh
+    owner = np.repeat(np.arange(n_texts), n_sh)
+    first = np.repeat(starts, n_sh) + (np.arange(n_sh.sum()) - np.repeat(
+        np.cumsum(n_sh) - n_sh, n_sh))
     w = width[owner]
     acc = np.zeros(len(first), dtype=np.uint64)
     for j in range(k):  # K shifted multiply-adds over all shingles of the batch
         take = j < w
         acc = np.where(take, acc * _M + tok[np.minimum(first + j, len(tok) - 1)], acc)
-    h = _fmix64(acc ^ w.astype(np.uint64))
-    # Sets: sort by (text, hash) and drop repeats within a text.
-    order = np.lexsort((h, owner))
-    h, owner = h[order], owner[order]
+    return _fmix64(acc ^ w.astype(np.uint64)), n_sh
+
+
+def _chunks(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
+    """Ranges of texts spanning at most _CHUNK_BYTES bytes each (or one larger text)."""
+    out, i, n = [], 0, len(starts)
+    while i < n:
+        end = int(np.searchsorted(ends, starts[i] + _CHUNK_BYTES, side="right"))
+        end = min(max(end, i + 1), n)
+        out.append((i, end))
+        i = end
+    return out
+
+
+def _unique_per_text(h: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort each text's hashes and drop repeats: (hashes, offsets).
+
+    One small in-place sort per text: ~25x cheaper than a lexsort by (text, hash) over the
+    batch, because each sort stays in cache.
+    """
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    h = h.copy()
+    for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+        if hi - lo > 1:
+            h[lo:hi].sort()
     keep = np.ones(len(h), dtype=bool)
-    keep[1:] = (h[1:] != h[:-1]) | (owner[1:] != owner[:-1])
-    h, owner = h[keep], owner[keep]
-    offsets = np.searchsorted(owner, np.arange(n_texts + 1), side="left").astype(np.int64)
+    keep[1:] = h[1:] != h[:-1]
+    keep[offsets[:-1][sizes > 0]] = True  # a text's first hash is always kept
+    kept = np.zeros(len(h) + 1, dtype=np.int64)
+    np.cumsum(keep, out=kept[1:])
+    return h[keep], kept[offsets]
+
+
+def shingle_batch(texts: pa.Array | Sequence[str | None], k: int, normalizer: str = "whitespace",
+                  lang: str = "c", max_chars: int | None = None,
+                  sets: bool = True) -> ShingleBatch:
+    """Hash the shingles of many texts at once (no per-token or per-shingle Python loop).
+
+    With ``sets=True`` each text's hashes are its shingle set (sorted, unique); without, they are
+    every window's hash in order, which MinHash needs no more than (and is cheaper).
+    """
+    buf, starts, ends = text_spans(texts, normalizer, lang, max_chars)
+    parts, sizes = [], []
+    for lo, hi in _chunks(starts, ends):
+        base = starts[lo]
+        tok, counts = _token_hashes(buf[base:ends[hi - 1]], starts[lo:hi] - base,
+                                    ends[lo:hi] - base)
+        h, n_sh = _window_hashes(tok, counts, k)
+        parts.append(h)
+        sizes.append(n_sh)
+    h = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+    size = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+    if sets:
+        return ShingleBatch(*_unique_per_text(h, size))
+    offsets = np.zeros(len(size) + 1, dtype=np.int64)
+    np.cumsum(size, out=offsets[1:])
     return ShingleBatch(h, offsets)
 
 
@@ -208,13 +417,3 @@ def signatures(batch: ShingleBatch, num_perm: int, seed: int = DEFAULT_SEED,
             sig[nonempty] = np.minimum.reduceat(phv, starts, axis=1).T
         text = end
     return sig
-
-
-def tokenize_series(texts: pd.Series, normalizer: str, lang: str,
-                    max_chars: int | None) -> list[list[str]]:
-    """The tokens of every text (SPEC section 4): comment-stripped for ``code``, raw otherwise,
-    after truncation; [] for a null text."""
-    from leakcheck_spark.normalize import tokens
-
-    return [tokens(t, normalizer, lang, max_chars) if isinstance(t, str) else []
-            for t in texts.tolist()]

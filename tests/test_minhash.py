@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from datasketch import MinHash
 
@@ -24,18 +25,72 @@ def corpus(n: int = 300, seed: int = 3) -> list[list[str]]:
     return out
 
 
+def texts_of(lists: list[list[str]]) -> list[str]:
+    """Texts whose tokens are the lists (tokens joined by spaces tokenise back to themselves)."""
+    return [" ".join(toks) for toks in lists]
+
+
 def test_batch_hashes_are_the_reference_shingle_sets():
     lists = corpus()
-    batch = mh.shingle_batch(lists, 5)
+    batch = mh.shingle_batch(texts_of(lists), 5)
     assert len(batch) == len(lists)
     for i, toks in enumerate(lists):
         expected = sorted({mh.shingle_hash(s) for s in mh.shingles(toks, 5)})
         assert batch.get(i).tolist() == expected
 
 
+# Texts that exercise the byte tokenizer: word runs at text edges, ASCII punctuation and control
+# characters, whitespace the regex knows (\x1c-\x1f, NBSP), non-ASCII words and symbols.
+TRICKY = [
+    "", None, "a", "(", "_a1 b_2", "x\x00y\x1cz\x1f w", "a\tb\nc\rd\x0be\x0cf",
+    "caf\u00e9 au lait \u2192 x", "\u043a\u043b\u044e\u0447 = 1; // \u043a\u043e\u043c",
+    "x\u00a0y", "\u3000", "int main() { return 0; } /* c */", "# py\nx = 'a#b'  # c",
+    "a" * 300, "if(a==b){c+=1;}" * 40, "\U0001f600 emoji", "tab\tsep",
+]
+
+
+@pytest.mark.parametrize("normalizer,lang", [("whitespace", "c"), ("exact", "c"),
+                                             ("code", "c"), ("code", "python")])
+@pytest.mark.parametrize("max_chars", [None, 1, 7, 40])
+def test_arrow_fast_path_equals_regex_tokens(normalizer, lang, max_chars):
+    rnd = random.Random(5)
+    texts = TRICKY + ["".join(rnd.choice(TRICKY[2:]) for _ in range(rnd.randint(1, 4)))
+                      for _ in range(200)]
+    for arr in (pa.array(texts, pa.string()), pa.array(texts, pa.large_string()).slice(3)):
+        values = arr.to_pylist()
+        batch = mh.shingle_batch(arr, 3, normalizer, lang, max_chars)
+        assert len(batch) == len(values)
+        for i, text in enumerate(values):
+            toks = tokens(text, normalizer, lang, max_chars) if text is not None else []
+            expected = sorted({mh.shingle_hash(s) for s in mh.shingles(toks, 3)})
+            assert batch.get(i).tolist() == expected, (i, text)
+
+
+def test_chunked_batches_equal_one_chunk(monkeypatch):
+    texts = texts_of(corpus(150))
+    whole = mh.shingle_batch(pa.array(texts), 5)
+    monkeypatch.setattr(mh, "_CHUNK_BYTES", 50)
+    small = mh.shingle_batch(pa.array(texts), 5)
+    assert np.array_equal(whole.hashes, small.hashes)
+    assert np.array_equal(whole.offsets, small.offsets)
+
+
+def test_unsorted_hashes_give_the_same_signatures():
+    texts = pa.array(texts_of(corpus(100)))
+    sets, windows = mh.shingle_batch(texts, 5), mh.shingle_batch(texts, 5, sets=False)
+    assert windows.sizes().sum() > sets.sizes().sum()  # repeats kept
+    assert np.array_equal(mh.signatures(sets, 64), mh.signatures(windows, 64))
+
+
+def test_token_hash_is_bytewise():
+    assert mh.token_hash("ab") != mh.token_hash("ba")
+    assert mh.token_hash("a") != mh.token_hash("a\x00")  # the length is part of the hash
+    assert mh.token_hash("\u00e9") != mh.token_hash("e")
+
+
 def test_set_jaccard_equals_jaccard_of_shingle_tuples():
     lists = corpus(80)
-    batch = mh.shingle_batch(lists, 3)
+    batch = mh.shingle_batch(texts_of(lists), 3)
     for i in range(0, 80, 7):
         for j in range(1, 80, 11):
             a, b = set(mh.shingles(lists[i], 3)), set(mh.shingles(lists[j], 3))
@@ -50,7 +105,7 @@ def test_set_jaccard_equals_jaccard_of_shingle_tuples():
 @pytest.mark.parametrize("num_perm,seed", [(128, 1), (64, 7)])
 def test_signatures_equal_datasketch(scheme, num_perm, seed):
     lists = corpus()
-    sig = mh.signatures(mh.shingle_batch(lists, 5), num_perm, seed, scheme)
+    sig = mh.signatures(mh.shingle_batch(texts_of(lists), 5), num_perm, seed, scheme)
     assert sig.shape == (len(lists), num_perm) and sig.dtype == np.uint32
     for i, toks in enumerate(lists):
         m = MinHash(num_perm=num_perm, seed=seed, scheme=scheme, hashfunc=mh.shingle_hash32)
@@ -61,7 +116,7 @@ def test_signatures_equal_datasketch(scheme, num_perm, seed):
 
 def test_signatures_do_not_depend_on_block_size(monkeypatch):
     lists = corpus(120)
-    batch = mh.shingle_batch(lists, 5)
+    batch = mh.shingle_batch(texts_of(lists), 5)
     whole = mh.signatures(batch, 32)
     monkeypatch.setattr(mh, "_BLOCK", 7)
     assert np.array_equal(mh.signatures(batch, 32), whole)

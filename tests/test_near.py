@@ -91,7 +91,7 @@ def test_a_large_bucket_is_bounded_but_still_matched(spark, tmp_path):
     write_jsonl(tmp_path / "a.jsonl", [{"t": t} for t in texts])
     df = spark.read.json(str(tmp_path / "a.jsonl")).selectExpr(
         "'a' as dataset", "0L as row", "t as text").transform(with_keys)
-    edges = near_edges(df, Options(near=True), max_bucket=10).collect()
+    edges = near_edges(df, Options(near=True), max_bucket=10)[0].collect()
     keys = {e.key for e in edges}
     assert len(keys) == 300                                       # everyone has a match
     assert all(e.similarity == pytest.approx(96 / 98) for e in edges)     # 96 shared of 98
