@@ -1,4 +1,4 @@
-"""Verified near-duplicate edges between keys: sign, band, pair, verify (SPEC sections 4-5).
+"""Verified near-duplicate edges between keys: sign, bucket, verify inside buckets (SPEC 4-5).
 
 The stages, each ``DataFrame -> DataFrame``, all per-record work in ``mapInArrow`` over whole
 Arrow batches (numpy on Arrow's own buffers, no per-row Python objects):
@@ -8,19 +8,30 @@ Arrow batches (numpy on Arrow's own buffers, no per-row Python objects):
    is signed once, and the choice does not depend on partitioning).
 2. :func:`sign` -- per key, one 64-bit hash per LSH band of its MinHash signature
    (``array<bigint>``: b values instead of P; the signature itself is never stored).
-3. :func:`candidates` -- pairs of keys that agree on at least one band.  Buckets are bounded:
-   a bucket with more than `max_bucket` keys (boilerplate shared by thousands of texts) is sorted
-   by key and each key is paired with its next `max_bucket` neighbours only, so a 50,000-key bucket
-   yields ~50,000 x max_bucket pairs instead of 1.25e9.  Effect on recall: a pair inside such a
-   bucket is missed only if it is more than `max_bucket` apart in key order *and* agrees on no
-   other band; records there still match their window neighbours, which keeps the matrices'
-   "matches at least one record of B" counts intact unless B has fewer than ~1 member per window.
-4. :func:`shingle_sets` -- the shingle set of every key that is in a candidate pair (usually a
-   small share of all keys), as sorted unique 64-bit hashes (``array<bigint>``: exact-Jaccard
-   verification needs the set itself, and 8 bytes a shingle keeps collisions at ~2^-64).
-5. :func:`verify` -- the exact Jaccard of the two shingle sets of every candidate; only pairs at
-   or above the threshold survive, with their exact similarity.  The sets are broadcast to the
-   pairs when they are small, else joined to them.
+3. :func:`buckets` -- the band buckets (band, band hash) holding more than one key; of buckets
+   with exactly the same keys (a cluster of near-identical texts shares most bands) only the
+   lowest band's is kept.
+4. :func:`member_sets` -- for every key in such a bucket: its shingle set (sorted unique 64-bit
+   hashes, packed as binary; exact verification needs the set itself, and 8 bytes a shingle keeps
+   collisions at ~2^-64), its band hashes, and the bands where its bucket is windowed (below).
+5. :func:`verify` -- each bucket's members are brought together once (one shuffle, each set
+   moved once per bucket it is in, never once per pair) and the pairs of the bucket are verified
+   there by exact Jaccard; only pairs at or above the threshold survive, with their similarity.
+
+Every candidate pair is verified exactly once: in a bucket of band k, a pair is skipped when its
+two keys also share an earlier band's bucket that is enumerated in full (that bucket verifies it).
+
+Skew.  A bucket of up to `full_bucket` keys (4,000 by default, ~8M pairs) has all its pairs
+verified.  Above that (boilerplate shared by tens of thousands of texts) the bucket's keys are put
+in a pseudo-random order of their own (a hash of key and bucket) and each key is paired with its
+next :func:`window` neighbours only: 2^21 / n of them, at least 16, so a bucket costs ~2M pairs
+(16 per key past 131,072 keys).  A 50,000-key bucket gives ~2M pairs instead of 1.25e9, in one
+task, in bounded memory.  Such a pair is verified in the first band whose bucket it shares, and
+only if no bucket it shares is enumerated in full.  Effect on recall: only pairs whose every
+shared bucket is windowed can be missed, each with probability ~1 - 2w/n; every key of a windowed
+bucket is still verified against ~2w others of it, so a record of such a cluster still matches
+(the matrices' "matches at least one record of B" counts hold) unless B holds fewer than ~n/2w
+members of the cluster.  Measured by ``benchmarks/near_skew.py``.
 
 :func:`near_edges` chains them into (key, other, match, similarity) edges, both directions, which
 :mod:`leakcheck_spark.match` consumes exactly like its exact self-edges.
@@ -40,7 +51,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 from leakcheck_spark.options import Options
 
-MAX_BUCKET = 1000
+FULL_BUCKET = 4000
+_WINDOW_PAIRS = 1 << 21
+_MIN_WINDOW = 16
 # A pair exactly at the threshold becomes a candidate with at least this probability; the layout
 # with the fewest rows per band (most selective) that reaches it is used (16 x 8 at 0.8 / 128).
 _AT_THRESHOLD = 0.94
@@ -72,21 +85,22 @@ def band_hashes(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return acc.view(np.int64)
 
 
-def sign_batch(texts: pa.Array, opts: Options) -> tuple[np.ndarray, np.ndarray]:
-    """(band hashes (texts, bands) int64, has_shingles bool) of a batch of texts."""
+def sign_batch(texts: pa.Array, opts: Options, sets: bool = False
+               ) -> tuple[np.ndarray, mh.ShingleBatch]:
+    """(band hashes (texts, bands) int64, shingles) of a batch of texts; with `sets`, the
+    shingles are each text's sorted unique hashes."""
     batch = mh.shingle_batch(texts, opts.shingle, opts.normalizer, opts.lang, opts.max_chars,
-                             sets=False)
+                             sets=sets)
     bands, rows = lsh_layout(opts.threshold, opts.num_perm)
-    return band_hashes(mh.signatures(batch, opts.num_perm), bands, rows), batch.sizes() > 0
+    return band_hashes(mh.signatures(batch, opts.num_perm), bands, rows), batch
 
 
-def _list_array(values: np.ndarray, offsets: np.ndarray) -> pa.Array:
-    """An Arrow list<int64> array from flat values and offsets (no per-row objects).  Spark
-    takes 32-bit list offsets, which a batch's values stay far below."""
+def _list_array(values: np.ndarray, width: int) -> pa.Array:
+    """An Arrow list<int64> array of rows of `width` values each (no per-row objects)."""
     import pyarrow as pa
 
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                    pa.array(values.view(np.int64)))
+    offsets = np.arange(len(values) // max(width, 1) + 1, dtype=np.int32) * width
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.view(np.int64)))
 
 
 def representatives(records: DataFrame) -> DataFrame:
@@ -105,90 +119,84 @@ def sign(reps: DataFrame, opts: Options) -> DataFrame:
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in batches:
-            hashes, nonempty = sign_batch(rb.column("text"), opts)
-            keep = np.flatnonzero(nonempty)
-            offsets = np.arange(len(keep) + 1, dtype=np.int64) * bands
+            hashes, shingles = sign_batch(rb.column("text"), opts)
+            keep = np.flatnonzero(shingles.sizes() > 0)
             yield pa.RecordBatch.from_arrays(
-                [rb.column("key").take(pa.array(keep)),
-                 _list_array(hashes[keep].ravel(), offsets)], names=["key", "bands"])
+                [rb.column("key").take(pa.array(keep)), _list_array(hashes[keep].ravel(), bands)],
+                names=["key", "bands"])
 
     return reps.mapInArrow(run, "key binary, bands array<bigint>")
 
 
-def window_pairs(sizes: np.ndarray, max_bucket: int) -> tuple[np.ndarray, np.ndarray]:
-    """Index pairs (i < j) to compare in consecutive buckets of the given sizes (sorted keys,
-    concatenated): all pairs of a bucket, or, above `max_bucket` keys, each key with its next
-    `max_bucket` neighbours only.
-
-    >>> [p.tolist() for p in window_pairs(np.array([3]), 5)]
-    [[0, 0, 1], [1, 2, 2]]
-    >>> [p.tolist() for p in window_pairs(np.array([4, 2]), 2)]
-    [[0, 0, 1, 1, 2, 4], [1, 2, 2, 3, 3, 5]]
-    """
-    sizes = np.asarray(sizes, dtype=np.int64)
-    start = np.cumsum(sizes) - sizes
-    pos = np.arange(int(sizes.sum()), dtype=np.int64)
-    local = pos - np.repeat(start, sizes)
-    last = np.repeat(sizes, sizes) - 1 - local       # keys after this one in its bucket
-    partners = np.where(np.repeat(sizes, sizes) > max_bucket,
-                        np.minimum(last, max_bucket), last)
-    i = np.repeat(pos, partners)
-    j = i + 1 + (np.arange(int(partners.sum()), dtype=np.int64)
-                 - np.repeat(np.cumsum(partners) - partners, partners))
-    return i, j
-
-
-_PAIRS_PER_FRAME = 1 << 20
-
-
 def key_id() -> Column:
-    """A key's 64-bit id for the band join (Spark's xxhash64 of the key): pairs of longs join,
-    sort and de-duplicate much faster than pairs of 16-byte binaries.  Two keys sharing an id
-    cost nothing in exactness: verification joins ids back to every key holding them, and checks
-    each of those pairs on its own shingle sets."""
+    """A key's 64-bit id for grouping keys into buckets (Spark's xxhash64 of the key): longs
+    group and join much faster than 16-byte binaries.  Two keys sharing an id cost nothing in
+    exactness: the members of a bucket are joined back to every key holding their id."""
     import pyspark.sql.functions as F
 
     return F.xxhash64("key")
 
 
-def candidates(signed: DataFrame, max_bucket: int = MAX_BUCKET) -> DataFrame:
-    """(a, b) with a < b: distinct pairs of key ids (:func:`key_id`) sharing a band bucket."""
+def buckets(signed: DataFrame) -> DataFrame:
+    """(band, h, ids): every band bucket with more than one key id, the ids sorted."""
+    import pyspark.sql.functions as F
+
+    return (signed.select(key_id().alias("id"), F.posexplode("bands").alias("band", "h"))
+            .groupBy("band", "h").agg(F.array_sort(F.collect_set("id")).alias("ids"))
+            .where(F.size("ids") > 1))
+
+
+def distinct_buckets(bucketed: DataFrame) -> DataFrame:
+    """(band, h, ids) of :func:`buckets`, only the lowest band's of buckets with the same ids
+    (they would verify the same pairs)."""
+    import pyspark.sql.functions as F
+
+    return (bucketed.groupBy("ids").agg(F.min(F.struct("band", "h")).alias("first"))
+            .select("first.band", "first.h", "ids"))
+
+
+def window(n: np.ndarray | int, full_bucket: int = FULL_BUCKET) -> np.ndarray:
+    """How many following keys each key of an n-key bucket is verified against: all of them up
+    to `full_bucket` keys, else 2^21 / n, at least 16 and at most `full_bucket`.
+
+    >>> window(np.array([2, 4000, 4001, 50000, 10**6])).tolist()
+    [1, 3999, 524, 41, 16]
+    """
+    n = np.asarray(n, dtype=np.int64)
+    wide = np.clip(_WINDOW_PAIRS // np.maximum(n, 1), min(_MIN_WINDOW, full_bucket), full_bucket)
+    return np.where(n <= full_bucket, n - 1, wide)
+
+
+def member_sets(reps: DataFrame, bucketed: DataFrame, opts: Options,
+                full_bucket: int = FULL_BUCKET) -> DataFrame:
+    """(id, key, shingles binary, bands array<bigint>, windowed array<int>) for every key whose
+    id is in a bucket of `bucketed` (all of :func:`buckets`): its sorted unique shingle hashes, 8
+    bytes each, its band hashes, and the bands whose bucket of it is windowed (more than
+    `full_bucket` keys).
+
+    Binary rather than ``array<bigint>`` for the set: the JVM copies a binary value as one block
+    (an array element by element) when it moves rows to Arrow, and the sets are the data that
+    moves in verification."""
     import pyarrow as pa
     import pyspark.sql.functions as F
 
-    buckets = (
-        signed.select(key_id().alias("id"), F.posexplode("bands").alias("band", "h"))
-        .groupBy("band", "h").agg(F.array_sort(F.collect_list("id")).alias("ids"))
-        .where(F.size("ids") > 1)
-        # Buckets of different bands with the same members (a cluster of near-identical texts
-        # shares most bands) give the same pairs: keep one of them.
-        .select("ids").distinct()
-    )
+    per_id = (bucketed.select("band", F.size("ids").alias("n"), F.explode("ids").alias("id"))
+              .groupBy("id").agg(F.collect_list(F.when(F.col("n") > full_bucket, F.col("band")))
+                                 .alias("windowed")))
+    bands, _ = lsh_layout(opts.threshold, opts.num_perm)
 
-    def pairs(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in batches:
-            ids = rb.column("ids")
-            offsets = np.asarray(ids.offsets, dtype=np.int64)
-            values = ids.values.to_numpy()
-            sizes = np.diff(offsets)
-            n_pairs = np.where(sizes > max_bucket,
-                               sizes * max_bucket - max_bucket * (max_bucket + 1) // 2,
-                               sizes * (sizes - 1) // 2)
-            # Bounded output frames: runs of buckets of at most ~_PAIRS_PER_FRAME pairs.
-            cum = np.cumsum(n_pairs)
-            lo = 0
-            while lo < len(sizes):
-                done = int(cum[lo - 1]) if lo else 0
-                hi = max(lo + 1, int(np.searchsorted(cum, done + _PAIRS_PER_FRAME, "right")))
-                i, j = window_pairs(sizes[lo:hi], max_bucket)
-                part = values[offsets[lo]:offsets[hi]]
-                a, b = part[i], part[j]
-                keep = a != b  # equal ids: two keys sharing one id are not paired here
-                yield pa.RecordBatch.from_arrays([pa.array(a[keep]), pa.array(b[keep])],
-                                                 names=["a", "b"])
-                lo = hi
+            hashes, batch = sign_batch(rb.column("text"), opts, sets=True)
+            yield pa.RecordBatch.from_arrays(
+                [rb.column("id"), rb.column("key"), _packed(batch.hashes, batch.offsets),
+                 _list_array(hashes.ravel(), bands), rb.column("windowed")],
+                names=["id", "key", "shingles", "bands", "windowed"])
 
-    return buckets.mapInArrow(pairs, "a bigint, b bigint").distinct()
+    return (reps.withColumn("id", key_id()).join(per_id, "id")
+            .select("id", "key", "text", "windowed")
+            .mapInArrow(run, "id bigint, key binary, shingles binary, bands array<bigint>, "
+                             "windowed array<int>"))
 
 
 def _packed(values: np.ndarray, offsets: np.ndarray) -> pa.Array:
@@ -208,94 +216,171 @@ def _unpacked(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return values, (offsets - base) // 8
 
 
-def shingle_sets(reps: DataFrame, ids: DataFrame, opts: Options) -> DataFrame:
-    """(key, id, shingles binary): the sorted unique shingle hashes, 8 bytes each, of the keys
-    whose :func:`key_id` is in `ids` (a frame with one column, ``id``).
-
-    Binary rather than ``array<bigint>``: the JVM copies a binary value as one block (an array
-    element by element) when it moves rows to Arrow, and verification moves each set once per
-    candidate pair it is in, so this is the column that costs."""
-    import pyarrow as pa
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for rb in batches:
-            batch = mh.shingle_batch(rb.column("text"), opts.shingle, opts.normalizer,
-                                     opts.lang, opts.max_chars)
-            yield pa.RecordBatch.from_arrays(
-                [rb.column("key"), rb.column("id"), _packed(batch.hashes, batch.offsets)],
-                names=["key", "id", "shingles"])
-
-    return (reps.withColumn("id", key_id()).join(ids, "id", "left_semi")
-            .select("key", "id", "text").mapInArrow(run, "key binary, id bigint, shingles binary"))
+def _excl_cumsum(sizes: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
 
 
-def intersection_sizes(a: np.ndarray, a_off: np.ndarray, b: np.ndarray,
-                       b_off: np.ndarray) -> np.ndarray:
-    """|A_p & B_p| for every pair p of sorted unique sets, exactly.
+def _gather(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions of the values of `rows`, in order; the pair index of each) for sets laid out
+    by `offsets`."""
+    sizes = offsets[rows + 1] - offsets[rows]
+    starts = _excl_cumsum(sizes)
+    pair = np.repeat(np.arange(len(rows), dtype=np.int64), sizes)
+    return np.repeat(offsets[rows] - starts[:-1], sizes) + np.arange(starts[-1]), pair
 
-    Each pair's two sets are laid side by side in one array and merged by a stable sort
-    (timsort merges two sorted runs in one linear pass, in cache); equal neighbours are the
-    shared hashes.  ~2 us a pair of 130-shingle sets, against ~10 us for ``np.intersect1d``.
 
-    >>> intersection_sizes(np.array([1, 2, 3, 5]), np.array([0, 3, 4]),
-    ...                    np.array([2, 3, 4, 7]), np.array([0, 3, 4]))
+def intersection_sizes(ranks: np.ndarray, offsets: np.ndarray, i: np.ndarray,
+                       j: np.ndarray) -> np.ndarray:
+    """|S_i[p] & S_j[p]| for every pair p of sets, exactly.  Set r is
+    ``ranks[offsets[r]:offsets[r + 1]]``: distinct values below 2^32, sorted.
+
+    Each side becomes one sorted run of (pair << 32 | rank); numpy's stable sort of the two runs
+    side by side is a single linear merge (timsort), and equal neighbours are the shared values.
+
+    >>> intersection_sizes(np.array([1, 2, 3, 5, 2, 3, 4, 7]), np.array([0, 3, 4, 8]),
+    ...                    np.array([0, 1]), np.array([2, 2]))
     array([2, 0])
     """
-    na, nb = np.diff(a_off), np.diff(b_off)
-    size = na + nb
-    off = np.zeros(len(size) + 1, dtype=np.int64)
-    np.cumsum(size, out=off[1:])
-    merged = np.empty(int(off[-1]), dtype=np.uint64)
-    merged[np.repeat(off[:-1] - a_off[:-1], na) + np.arange(len(a))] = a
-    merged[np.repeat(off[:-1] + na - b_off[:-1], nb) + np.arange(len(b))] = b
-    for lo, hi in zip(off[:-1].tolist(), off[1:].tolist()):
-        if hi - lo > 1:
-            merged[lo:hi].sort(kind="stable")
-    equal = np.zeros(len(merged), dtype=bool)
-    equal[1:] = merged[1:] == merged[:-1]
-    equal[off[:-1][size > 0]] = False  # never across two pairs
-    count = np.zeros(len(merged) + 1, dtype=np.int64)
-    np.cumsum(equal, out=count[1:])
-    return count[off[1:]] - count[off[:-1]]
+    ranks = ranks.astype(np.uint64, copy=False)
+    runs = []
+    for rows in (i, j):
+        pos, pair = _gather(offsets, rows)
+        runs.append((pair.astype(np.uint64) << np.uint64(32)) | ranks[pos])
+    merged = np.concatenate(runs)
+    merged.sort(kind="stable")
+    shared = merged[1:][merged[1:] == merged[:-1]] >> np.uint64(32)
+    return np.bincount(shared.astype(np.int64), minlength=len(i))
 
 
-# Shingle sets up to this many bytes in all are broadcast to the candidate pairs instead of
-# being shuffled to them twice (once per side).
-BROADCAST_SET_BYTES = 256 << 20
+# Pairs enumerated at once, and shingles gathered at once per side, in verification: bounds the
+# per-pair temporaries (~100 bytes a pair) and the merge (~24 bytes a shingle).
+_PAIRS_PER_STEP = 1 << 18
+_VALUES_PER_STEP = 1 << 22
 
 
-def verify(pairs: DataFrame, sets: DataFrame, threshold: float,
-           broadcast: bool = False) -> DataFrame:
-    """(key, other, similarity) for candidate id pairs (a, b) whose keys' exact Jaccard is
-    >= threshold."""
+def _pair_steps(partners: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Pairs (i, i + 1 .. i + partners[i]) of positions, in steps of about _PAIRS_PER_STEP."""
+    cum = _excl_cumsum(partners)
+    lo = 0
+    while lo < len(partners):
+        hi = max(lo + 1, int(np.searchsorted(cum, cum[lo] + _PAIRS_PER_STEP, "right")) - 1)
+        part = partners[lo:hi]
+        i = np.repeat(np.arange(lo, hi, dtype=np.int64), part)
+        yield i, i + 1 + np.arange(len(i), dtype=np.int64) - np.repeat(_excl_cumsum(part)[:-1],
+                                                                       part)
+        lo = hi
+
+
+def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
+                 ) -> Iterator[pa.RecordBatch]:
+    """(key, other, similarity) of the verified pairs of whole buckets, sorted by (band, h)."""
     import pyarrow as pa
+
+    n = rb.num_rows
+    band = rb.column("band").to_numpy()
+    h = rb.column("h").to_numpy()
+    new = np.ones(n, dtype=bool)
+    new[1:] = (band[1:] != band[:-1]) | (h[1:] != h[:-1])
+    starts = np.flatnonzero(new)
+    sizes = np.diff(np.append(starts, n))
+    local = np.arange(n) - np.repeat(starts, sizes)
+    partners = np.minimum(np.repeat(sizes, sizes) - 1 - local,
+                          np.repeat(window(sizes, full_bucket), sizes))
+    full = np.repeat(sizes <= full_bucket, sizes)
+    nb = len(rb.column("bands")[0]) if n else 0
+    sig = rb.column("bands").flatten().to_numpy().reshape(n, nb)
+    windowed = np.zeros((n, nb), dtype=bool)
+    wl = rb.column("windowed")
+    woff = np.asarray(wl.offsets, dtype=np.int64)
+    windowed[np.repeat(np.arange(n), np.diff(woff)), wl.values.to_numpy()[woff[0]:woff[-1]]] = True
+    values, offsets = _unpacked(rb.column("shingles"))
+    # Dense ranks keep the order of the hashes and fit in 32 bits (see intersection_sizes).
+    ranks = np.unique(values, return_inverse=True)[1].reshape(-1)
+    lengths = np.diff(offsets)
+    earlier = np.arange(nb)[None, :] < band[:, None]
+    keys = rb.column("key")
+    for i, j in _pair_steps(partners):
+        shared = sig[i] == sig[j]
+        in_full = shared & ~windowed[i]
+        # Each pair once: in its first shared full bucket, else (only windowed buckets shared)
+        # in its first shared bucket.
+        keep = np.where(full[i], ~(in_full & earlier[i]).any(1),
+                        ~(in_full.any(1) | (shared & earlier[i]).any(1)))
+        i, j = i[keep], j[keep]
+        vol = _excl_cumsum(lengths[i] + lengths[j])
+        lo = 0
+        while lo < len(i):
+            hi = max(lo + 1, int(np.searchsorted(vol, vol[lo] + _VALUES_PER_STEP, "right")) - 1)
+            a, b = i[lo:hi], j[lo:hi]
+            inter = intersection_sizes(ranks, offsets, a, b)
+            union = lengths[a] + lengths[b] - inter
+            sim = inter / np.maximum(union, 1)
+            ok = sim >= threshold
+            if ok.any():
+                yield pa.RecordBatch.from_arrays(
+                    [keys.take(pa.array(a[ok])), keys.take(pa.array(b[ok])), pa.array(sim[ok])],
+                    names=["key", "other", "similarity"])
+            lo = hi
+
+
+def _whole_buckets(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Re-cut a stream of batches sorted by (band, h) so that no bucket spans two batches."""
+    import pyarrow as pa
+
+    held: list[pa.RecordBatch] = []
+
+    def bucket_of(rb: pa.RecordBatch, row: int) -> tuple[int, int]:
+        return rb.column("band")[row].as_py(), rb.column("h")[row].as_py()
+
+    def joined(parts: list[pa.RecordBatch]) -> pa.RecordBatch:
+        if len(parts) == 1:
+            return parts[0]
+        table = pa.Table.from_batches(parts).combine_chunks()
+        return pa.RecordBatch.from_arrays([c.chunk(0) for c in table.columns],
+                                          names=table.column_names)
+
+    for rb in batches:
+        if rb.num_rows == 0:
+            continue
+        last = bucket_of(rb, rb.num_rows - 1)
+        if held and bucket_of(rb, 0) == last == bucket_of(held[-1], held[-1].num_rows - 1):
+            held.append(rb)  # the bucket goes on
+            continue
+        band = rb.column("band").to_numpy()
+        h = rb.column("h").to_numpy()
+        tail = int(np.flatnonzero((band != last[0]) | (h != last[1]))[-1] + 1
+                   if ((band != last[0]) | (h != last[1])).any() else 0)
+        if tail:
+            yield joined(held + [rb.slice(0, tail)])
+            held = [rb.slice(tail)]
+        else:
+            held.append(rb)
+    if held:
+        yield joined(held)
+
+
+def verify(members: DataFrame, threshold: float, full_bucket: int = FULL_BUCKET) -> DataFrame:
+    """(key, other, similarity): the pairs of keys in a common bucket whose exact Jaccard is >=
+    threshold, each pair once.  `members` is (band, h, key, shingles, bands, windowed), a row
+    per key per bucket."""
     import pyspark.sql.functions as F
 
-    side_a = sets.select(F.col("id").alias("a"), "key", F.col("shingles").alias("sa"))
-    side_b = sets.select(F.col("id").alias("b"), F.col("key").alias("other"),
-                         F.col("shingles").alias("sb"))
-    if broadcast:
-        side_a, side_b = F.broadcast(side_a), F.broadcast(side_b)
-    with_sets = pairs.join(side_a, "a").join(side_b, "b")
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for rb in _whole_buckets(batches):
+            yield from verify_block(rb, threshold, full_bucket)
 
-    def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for rb in batches:
-            a, a_off = _unpacked(rb.column("sa"))
-            b, b_off = _unpacked(rb.column("sb"))
-            inter = intersection_sizes(a, a_off, b, b_off)
-            union = np.diff(a_off) + np.diff(b_off) - inter
-            sim = inter / np.maximum(union, 1)
-            keep = pa.array(np.flatnonzero(sim >= threshold))
-            yield pa.RecordBatch.from_arrays(
-                [rb.column("key").take(keep), rb.column("other").take(keep),
-                 pa.array(sim).take(keep)], names=["key", "other", "similarity"])
-
-    return with_sets.select("key", "other", "sa", "sb").mapInArrow(
-        score, "key binary, other binary, similarity double")
+    # One bucket per task, in a pseudo-random order of its own (a windowed bucket pairs
+    # neighbours in it), ties broken by key so that the order never depends on partitioning.
+    return (members.repartition("band", "h")
+            .sortWithinPartitions("band", "h", F.xxhash64("key", "h"), "key")
+            .select("band", "h", "key", "shingles", "bands", "windowed")
+            .mapInArrow(run, "key binary, other binary, similarity double"))
 
 
 def near_edges(records: DataFrame, opts: Options,
-               max_bucket: int = MAX_BUCKET) -> tuple[DataFrame, list[DataFrame]]:
+               full_bucket: int = FULL_BUCKET) -> tuple[DataFrame, list[DataFrame]]:
     """(key, other, match="near", similarity) verified near edges, in both directions, and the
     cached frame they are read from (the caller unpersists it when done).
 
@@ -306,16 +391,13 @@ def near_edges(records: DataFrame, opts: Options,
 
     level = StorageLevel.MEMORY_AND_DISK
     reps = representatives(records).persist(level)
-    signed = sign(reps, opts).persist(level)
-    pairs = candidates(signed, max_bucket).persist(level)
-    ids = pairs.select(F.col("a").alias("id")).union(pairs.select(F.col("b").alias("id")))
-    sets = shingle_sets(reps, ids.distinct(), opts).persist(level)
-    stats = sets.agg(F.count(F.lit(1)).alias("n"),
-                     F.sum(F.length("shingles")).alias("bytes")).first()
-    small = (stats["bytes"] or 0) + (stats["n"] or 0) * 64 <= BROADCAST_SET_BYTES
-    found = verify(pairs, sets, opts.threshold, broadcast=small).persist(level)
+    bucketed = buckets(sign(reps, opts)).persist(level)
+    sets = member_sets(reps, bucketed, opts, full_bucket)
+    members = (distinct_buckets(bucketed).select("band", "h", F.explode("ids").alias("id"))
+               .join(sets, "id"))
+    found = verify(members, opts.threshold, full_bucket).persist(level)
     found.count()
-    for df in (reps, signed, pairs, sets):
+    for df in (reps, bucketed):
         df.unpersist()
     both = found.unionByName(found.select(F.col("other").alias("key"),
                                           F.col("key").alias("other"), "similarity"))

@@ -6,10 +6,12 @@ import itertools
 import json
 import random
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from conftest import spark_conf, write_jsonl
 
-from leakcheck_spark import Options, Source, audit
+from leakcheck_spark import Options, Source, audit, near
 from leakcheck_spark import minhash as mh
 from leakcheck_spark.near import near_edges
 from leakcheck_spark.normalize import tokens, with_keys
@@ -91,13 +93,74 @@ def test_a_large_bucket_is_bounded_but_still_matched(spark, tmp_path):
     write_jsonl(tmp_path / "a.jsonl", [{"t": t} for t in texts])
     df = spark.read.json(str(tmp_path / "a.jsonl")).selectExpr(
         "'a' as dataset", "0L as row", "t as text").transform(with_keys)
-    edges = near_edges(df, Options(near=True), max_bucket=10)[0].collect()
+    edges = near_edges(df, Options(near=True), full_bucket=10)[0].collect()
     keys = {e.key for e in edges}
     assert len(keys) == 300                                       # everyone has a match
     assert all(e.similarity == pytest.approx(96 / 98) for e in edges)     # 96 shared of 98
     pairs = len(edges) // 2
     assert pairs <= 16 * 300 * 10           # at most bands x keys x window ...
     assert pairs < (300 * 299 // 2) // 5    # ... far from all 44,850 pairs
+
+
+def test_every_pair_sharing_a_full_bucket_is_verified_once(spark, tmp_path):
+    # Three clusters of near-identical texts, of 40, 12 and 5 keys, plus strays.  With buckets of
+    # up to 10 keys enumerated in full, the big cluster's buckets are windowed, the others not.
+    rnd = random.Random(3)
+    texts = []
+    for size, edits in ((40, 2), (12, 3), (5, 6)):
+        base = [rnd.choice(WORDS) for _ in range(90)]
+        texts += [" ".join(variant(rnd, base, edits)) for _ in range(size)]
+    texts += [" ".join(rnd.choice(WORDS) for _ in range(60)) for _ in range(20)]
+    texts = sorted(set(texts))
+    write_jsonl(tmp_path / "a.jsonl", [{"t": t} for t in texts])
+    df = spark.read.json(str(tmp_path / "a.jsonl")).selectExpr(
+        "'a' as dataset", "0L as row", "t as text").transform(with_keys)
+    index = {r.key: texts.index(r.text) for r in df.select("key", "text").collect()}
+    opts, full = Options(near=True, threshold=0.7), 10
+    got = [(index[e.key], index[e.other], e.similarity)
+           for e in near_edges(df, opts, full_bucket=full)[0].collect()]
+    one_way = [(i, j) for i, j, _ in got if i < j]
+    assert len(one_way) == len(set(one_way)) == len(got) // 2        # each pair once
+    for i, j, sim in got:                                            # exact, never below
+        assert sim == pytest.approx(jaccard(texts[i], texts[j]), abs=1e-12) and sim >= 0.7
+    # Reference buckets from the same band hashes, in plain Python.
+    hashes, _ = near.sign_batch(pa.array(texts), opts)
+    buckets: dict = {}
+    for i, row in enumerate(hashes):
+        for b, h in enumerate(row):
+            buckets.setdefault((b, h), []).append(i)
+    sizes = sorted(len(m) for m in buckets.values() if len(m) > 1)
+    assert sizes[0] <= full < sizes[-1]                  # both kinds of bucket are exercised
+    must = {(i, j) for m in buckets.values() if len(m) <= full
+            for i, j in itertools.combinations(m, 2) if jaccard(texts[i], texts[j]) >= 0.7}
+    assert must and must <= set(one_way)
+
+
+def test_buckets_are_never_split_across_batches():
+    rnd = np.random.default_rng(0)
+    sizes = rnd.integers(1, 40, size=60)
+    band = np.repeat(np.arange(60) % 3, sizes)
+    h = np.repeat(np.arange(60) // 3, sizes)
+    rows = pa.RecordBatch.from_arrays([pa.array(band), pa.array(h),
+                                       pa.array(np.arange(len(band)))], names=["band", "h", "x"])
+    cuts = np.sort(rnd.choice(np.arange(1, len(band)), size=25, replace=False))
+    parts = [rows.slice(lo, hi - lo) for lo, hi in zip([0, *cuts], [*cuts, len(band)])]
+    out = list(near._whole_buckets(iter(parts)))
+    assert [x for rb in out for x in rb.column("x").to_pylist()] == list(range(len(band)))
+    def bucket(rb, row):
+        return rb.column("band")[row].as_py(), rb.column("h")[row].as_py()
+
+    assert len(out) > 1 and all(bucket(x, x.num_rows - 1) != bucket(y, 0)
+                                for x, y in zip(out, out[1:]))
+
+
+def test_intersection_sizes_match_python_sets():
+    rnd = np.random.default_rng(1)
+    sets = [np.unique(rnd.integers(0, 60, size=rnd.integers(0, 30))) for _ in range(50)]
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in sets])])
+    i, j = rnd.integers(0, 50, size=400), rnd.integers(0, 50, size=400)
+    got = near.intersection_sizes(np.concatenate(sets), offsets, i, j)
+    assert got.tolist() == [len(set(sets[a]) & set(sets[b])) for a, b in zip(i, j)]
 
 
 def test_clean_near_drops_near_copies_with_their_similarity(cli, tmp_path):
