@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from leakcheck_spark import match, outputs, report
 from leakcheck_spark.errors import LeakcheckError, from_spark_exception
-from leakcheck_spark.near import near_edges
+from leakcheck_spark.near import near_edges, near_progress
 from leakcheck_spark.normalize import with_keys
 from leakcheck_spark.options import Options, Source
 from leakcheck_spark.sources import read_records
@@ -157,6 +157,7 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         if options.near:
             near, near_cached = near_edges(records, options)
             cached += near_cached
+            timer.lap("near", near_progress(near_cached[0], options))
             edges = edges.unionByName(near)
         reached = match.reach(kg, edges).persist(StorageLevel.MEMORY_AND_DISK)
         split_m, dataset_m = matrices(groups, dataset_of, reached)

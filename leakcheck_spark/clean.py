@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 from leakcheck_spark import errors, match, outputs
 from leakcheck_spark.audit import Timer, spark_action
 from leakcheck_spark.errors import LeakcheckError
-from leakcheck_spark.near import near_edges
+from leakcheck_spark.near import near_edges, near_progress
 from leakcheck_spark.normalize import with_keys
 from leakcheck_spark.options import Options, Source
 from leakcheck_spark.report import native_id
@@ -145,6 +145,7 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
         if others is not None:
             everything = everything.unionByName(others.select(*RECORD_COLUMNS, "key"))
         near, near_cached = near_edges(everything, options)
+        timer.lap("near", near_progress(near_cached[0], options))
     decided = decide(test_rows, others, dedup, drop_conflicts, near)
     decided = decided.persist(StorageLevel.MEMORY_AND_DISK)
     counts = {r: 0 for r in REASONS}

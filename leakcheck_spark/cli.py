@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="format of list outputs (default parquet)")
         o.add_argument("--json", metavar="FILE|-", help="write the report as JSON (- = stdout)")
         o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+        o.add_argument("--verbose", action="store_true",
+                       help="keep Spark's own INFO logging (default: warnings only)")
         s = p.add_argument_group("spark")
         s.add_argument("--master", metavar="URL", help="Spark master (default: local[*])")
         s.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -174,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         specs = [args.test, *args.against]
         sources = apply_overrides([parse_source(d, args) for d in specs], args.overrides)
-    spark = get_session(args.master, _conf_pairs(args.conf))
+    spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose)
     if args.command == "audit":
         from leakcheck_spark.audit import audit
 

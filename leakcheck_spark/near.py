@@ -402,3 +402,9 @@ def near_edges(records: DataFrame, opts: Options,
     both = found.unionByName(found.select(F.col("other").alias("key"),
                                           F.col("key").alias("other"), "similarity"))
     return both.select("key", "other", F.lit("near").alias("match"), "similarity"), [found]
+
+
+def near_progress(found: DataFrame, opts: Options) -> str:
+    """The progress line of the near stage (`found` is the cached frame of :func:`near_edges`)."""
+    return (f"near pairs: {found.count():,} pairs of distinct texts at Jaccard >= "
+            f"{opts.threshold:g}, verified")

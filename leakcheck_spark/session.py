@@ -31,6 +31,7 @@ def get_session(
     master: str | None = None,
     conf: Iterable[tuple[str, str]] = (),
     app_name: str = "leakcheck-spark",
+    verbose: bool = False,
 ) -> SparkSession:
     """Return the active SparkSession, or build one.
 
@@ -39,6 +40,7 @@ def get_session(
             falls back to ``local[*]``.
         conf: extra ``(key, value)`` settings (``--conf``).
         app_name: the application name shown by Spark.
+        verbose: keep Spark's own logging (INFO) instead of warnings only.
     """
     from pyspark.sql import SparkSession
 
@@ -65,7 +67,7 @@ def get_session(
         builder = builder.config("spark.sql.shuffle.partitions", str(_LOCAL_SHUFFLE_PARTITIONS))
         # Local mode runs every task inside the driver JVM: Spark's 1g default thrashes there.
         builder = builder.config("spark.driver.memory", _LOCAL_DRIVER_MEMORY)
-    if not launched_by_submit and _LOG4J.exists():
+    if not launched_by_submit and not verbose and _LOG4J.exists():
         java_opt = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()}"
         builder = builder.config("spark.driver.extraJavaOptions", java_opt).config(
             "spark.executor.extraJavaOptions", java_opt
@@ -75,16 +77,21 @@ def get_session(
     for key, value in conf:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    if launched_by_submit:
+    if launched_by_submit and not verbose:
         # spark-submit's JVM logs at INFO (thousands of lines); keep a job's output readable.
         session.sparkContext.setLogLevel("WARN")
     return session
 
 
 def _submit_conf() -> dict:
-    """Settings spark-submit passed to this Python process (empty when run directly)."""
-    from pyspark import SparkConf
+    """Settings spark-submit passed to this Python process (empty when run directly).
+
+    spark-submit hands them to the JVM it started, not to Python: a ``SparkConf`` reads them
+    only once this process is connected to that JVM's gateway (before that it is empty, and a
+    ``local[*]`` default here would silently replace the cluster's master)."""
+    from pyspark import SparkConf, SparkContext
 
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         return {}
+    SparkContext._ensure_initialized()
     return dict(SparkConf().getAll())

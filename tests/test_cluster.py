@@ -1,0 +1,196 @@
+"""The same report on any master: local[2], local-cluster and a real standalone cluster.
+
+The standalone cluster is real: a master and two workers started from the pip package's
+``bin/spark-class`` on 127.0.0.1, each a separate JVM, with executors in their own processes (and
+their own Python workers).  The jobs run through ``spark-submit jobs/*.py`` exactly as a user runs
+them, from a working directory that holds nothing of theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import write_jsonl
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SUBMIT_TIMEOUT = 600
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spark_bin(name: str) -> str:
+    """A script of the pip package's Spark (installed next to this interpreter)."""
+    path = BIN / name
+    if not path.exists():
+        found = shutil.which(name)
+        if found is None:
+            pytest.fail(f"{name} not found next to {sys.executable} nor on PATH")
+        return found
+    return str(path)
+
+
+def _master_state(ui_port: int) -> dict:
+    """The standalone master's state, from its web UI's JSON ({} while it is not up)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as resp:
+            return json.load(resp)
+    except OSError:
+        return {}
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory):
+    """A Spark standalone master and two 1-core workers on 127.0.0.1; yields (master URL, the
+    workers' work directories)."""
+    work = tmp_path_factory.mktemp("standalone")
+    port, ui = _free_port(), _free_port()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(work)}
+    procs = []
+
+    def start(name: str, *args: str) -> None:
+        log = open(work / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        procs.append((subprocess.Popen([_spark_bin("spark-class"), *args], stdout=log,
+                                       stderr=subprocess.STDOUT, env=env, cwd=work), log))
+
+    url = f"spark://127.0.0.1:{port}"
+    try:
+        start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+              "--port", str(port), "--webui-port", str(ui))
+        for i in (1, 2):
+            start(f"worker{i}", "org.apache.spark.deploy.worker.Worker", url, "--host",
+                  "127.0.0.1", "--cores", "1", "--memory", "1536m", "--webui-port", "0",
+                  "--work-dir", str(work / f"worker{i}"))
+        deadline = time.monotonic() + 120
+        while _master_state(ui).get("aliveworkers", 0) < 2:
+            if time.monotonic() > deadline or any(p.poll() is not None for p, _ in procs):
+                logs = "\n".join(f.name + ":\n" + Path(f.name).read_text()[-2000:]
+                                 for _, f in procs)
+                pytest.fail(f"standalone cluster did not come up with 2 workers\n{logs}")
+            time.sleep(1)
+        yield url, [work / "worker1", work / "worker2"]
+    finally:
+        for proc, log in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            log.close()
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """Two datasets with exact and near copies across them, string and integer ids, labels, and
+    one of them split over several files (so every master reads several partitions)."""
+    d = tmp_path_factory.mktemp("cluster in")  # a space in the path, on purpose
+    rnd = random.Random(4)
+    words = [f"v{i}" for i in range(300)] + list("(){};=+-")
+    bases = [" ".join(rnd.choice(words) for _ in range(rnd.randint(40, 90))) for _ in range(120)]
+
+    def near(text: str) -> str:
+        toks = text.split()
+        toks[rnd.randrange(len(toks))] = rnd.choice(words)
+        return " ".join(toks)
+
+    train = [{"uid": f"t{i}", "code": t, "y": i % 3} for i, t in enumerate(bases)]
+    for part in range(3):
+        write_jsonl(d / "train" / f"part-{part}.jsonl", train[part::3])
+    test = []
+    for i in range(80):
+        kind = i % 4
+        text = (bases[i] if kind == 0 else near(bases[i]) if kind == 1
+                else "  ".join(bases[i].split()) if kind == 2
+                else " ".join(rnd.choice(words) for _ in range(60)))
+        test.append({"uid": f"s{i}", "code": text, "y": (i + kind) % 3})
+    test += test[:5]  # repeats inside the test split
+    write_jsonl(d / "test.jsonl", test)
+    return d
+
+
+def _submit(master: str, job: str, args: list[str], cwd: Path) -> None:
+    cmd = [_spark_bin("spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false",
+           "--conf", "spark.sql.shuffle.partitions=5", str(ROOT / "jobs" / job), *args]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=SUBMIT_TIMEOUT)
+    assert done.returncode == 0, f"{' '.join(cmd)}\n{done.stderr[-4000:]}"
+
+
+def _run_all(master: str, inputs: Path, out: Path) -> dict:
+    """Audit (with --near) and clean on `master`; returns what must be identical everywhere."""
+    cwd = out / "cwd"
+    cwd.mkdir(parents=True)
+    fields = ["--text-field", "code", "--id-field", "uid", "--label-field", "y"]
+    _submit(master, "audit.py", [
+        "-d", f"ref:train={inputs / 'train'}", "-d", f"new:test={inputs / 'test.jsonl'}",
+        *fields, "--near", "--format", "json", "--out-dir", str(out / "report dir")], cwd)
+    _submit(master, "clean.py", [
+        "--test", f"new:test={inputs / 'test.jsonl'}", "--against", f"ref:train={inputs / 'train'}",
+        *fields, "--near", "--dedup", "--out", str(out / "clean.jsonl"),
+        "--report", str(out / "dropped.json")], cwd)
+    assert not any(cwd.iterdir()), "a job wrote into its working directory"
+    report = json.loads((out / "report dir" / "report.json").read_text())
+    report.pop("timings")
+
+    def lines(directory: Path) -> list[str]:
+        return sorted(line for f in sorted(directory.glob("part-*"))
+                      for line in f.read_text().splitlines())
+
+    return {
+        "report": report,
+        "overlaps": lines(out / "report dir" / "overlaps"),
+        "conflicts": lines(out / "report dir" / "label_conflicts"),
+        "clean": (out / "clean.jsonl").read_bytes(),
+        "dropped": (out / "dropped.json").read_bytes(),
+    }
+
+
+@pytest.fixture(scope="module")
+def local_result(inputs, tmp_path_factory):
+    return _run_all("local[2]", inputs, tmp_path_factory.mktemp("local"))
+
+
+def _assert_same(got: dict, want: dict) -> None:
+    assert got["report"] == want["report"]
+    assert got["overlaps"] == want["overlaps"] and want["overlaps"]
+    assert got["conflicts"] == want["conflicts"] and want["conflicts"]
+    assert got["clean"] == want["clean"] and want["clean"]
+    assert got["dropped"] == want["dropped"]
+
+
+def test_local_run_finds_what_was_planted(local_result):
+    report = local_result["report"]
+    cell = report["split_matrix"]["new/test"]["ref/train"]
+    assert cell["count"] >= 60  # 20 exact, 20 near, 20 whitespace copies, + repeats
+    dropped = json.loads(local_result["dropped"])["dropped"]
+    assert {e["reason"] for e in dropped} >= {"against", "duplicate"}
+
+
+def test_standalone_cluster_gives_the_same_outputs(standalone, inputs, local_result, tmp_path):
+    url, worker_dirs = standalone
+    _assert_same(_run_all(url, inputs, tmp_path), local_result)
+    for work in worker_dirs:  # both workers ran executors of both jobs
+        assert len(list(work.glob("app-*"))) >= 2
+
+
+def test_local_cluster_gives_the_same_outputs(inputs, local_result, tmp_path):
+    _assert_same(_run_all("local-cluster[2,1,1024]", inputs, tmp_path), local_result)
