@@ -56,7 +56,9 @@ JSONL_COMMENTS = ("#", "//")
 # RFC 4180 quoting ("" inside quotes), as Python's csv module and pandas read and write it;
 # Spark's own default escapes with a backslash.
 CSV_DIALECT = {"quote": '"', "escape": '"'}
-TABULAR_FORMATS = ("csv", "parquet")
+TABULAR_FORMATS = ("csv", "parquet", "table")
+# A source read from the Spark catalog: table:NAME (a Hive metastore or Unity Catalog name).
+TABLE_PREFIX = "table:"
 
 # Columns every parse stage produces, besides a tabular source's own columns.
 _PARSED_DDL = (
@@ -65,7 +67,8 @@ _PARSED_DDL = (
     "has_split boolean, _lc_err string, raw string"
 )
 # How a parse stage names a row's position in messages, by format.
-_UNIT = {"jsonl": "line", "txt": "line", "json": "element", "csv": "row", "parquet": "row"}
+_UNIT = {"jsonl": "line", "txt": "line", "json": "element", "csv": "row", "parquet": "row",
+         "table": "row"}
 
 
 def file_format(path: str) -> str | None:
@@ -110,9 +113,11 @@ def list_files(spark: SparkSession, src: Source) -> list[tuple[str, str]]:
     file must itself be supported.  Listing goes through Spark, so any Hadoop URI works.
     """
     path = src.path
-    if path.startswith("hf:") or path.startswith("table:"):
+    if path.startswith(TABLE_PREFIX):
+        return [(path[len(TABLE_PREFIX):], "table")]
+    if path.startswith("hf:"):
         raise LeakcheckError(
-            errors.USAGE, f"{path.split(':', 1)[0]}: sources are not available yet ({src.label})",
+            errors.USAGE, f"hf: sources are not available yet ({src.label})",
             "export the data to parquet or jsonl files and pass their path",
         )
     try:
@@ -384,6 +389,8 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
                                 **CSV_DIALECT).csv(files)
         df = df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
+    elif fmt == "table":
+        df = _catalog_table(spark, files[0], src)
     else:
         df = spark.read.parquet(*files)
     columns = df.columns
@@ -458,6 +465,27 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         label.alias("label"), canon.alias("label_canon"), has_label.alias("has_label"),
         has_split.alias("has_split"), err.alias("_lc_err"), null_str.alias("raw"),
     )
+
+
+def _catalog_table(spark: SparkSession, name: str, src: Source) -> DataFrame:
+    """A catalog table, checked to be backed by files: rows are numbered by their position in
+    the table's files (path, then offset), which needs Spark's ``_metadata`` file columns."""
+    try:
+        df = spark.table(name)
+    except Exception as exc:  # noqa: BLE001 - translated or re-raised
+        if "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
+            raise LeakcheckError(errors.IO, f"no such table: {name} ({src.label})",
+                                 "check the name with SHOW TABLES (catalog.schema.table "
+                                 "names work too)") from None
+        raise _translate(exc) from None
+    try:
+        _ = df.select("_metadata.file_path", "_metadata.file_block_start").schema
+    except Exception:  # noqa: BLE001 - a view or a table that is not backed by files
+        raise LeakcheckError(
+            errors.USAGE, f"table {name} ({src.label}) is not backed by files (a view, or a "
+            "JDBC or in-memory table), so its rows have no stable order",
+            "write it to a file-based table (parquet, Delta) or to files, and read that") from None
+    return df
 
 
 def original_column(i: int) -> str:

@@ -15,13 +15,15 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     from leakcheck_spark.session import get_session
 
     session = get_session(
         "local[2]",
         conf=[("spark.ui.enabled", "false"), ("spark.sql.shuffle.partitions", "3"),
-              ("spark.default.parallelism", "2")],
+              ("spark.default.parallelism", "2"),
+              # Catalog tables the tests save go to a temporary warehouse, not the cwd.
+              ("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))],
         app_name="leakcheck-spark-tests",
     )
     yield session

@@ -128,3 +128,25 @@ def test_label_field_can_be_switched_off(spark, tmp_path, label, expect):
     write_jsonl(tmp_path / "a.jsonl", [{"t": "a", "target": True}, {"t": "b", "target": 0}])
     src = Source("d", str(tmp_path / "a.jsonl"), text_field="t", label_field=label)
     assert [r.label_canon for r in records(spark, [src]).orderBy("row").collect()] == expect
+
+
+def test_catalog_table_reads_like_its_files(spark, tmp_path):
+    rows = [(f"r{i}", f"text {i % 7}", i % 2) for i in range(40)]
+    df = spark.createDataFrame(rows, "uid string, code string, y long").repartition(3)
+    df.write.mode("overwrite").saveAsTable("lc_test_table")
+    location = spark.sql("DESCRIBE FORMATTED lc_test_table").where("col_name = 'Location'")
+    files = location.first().data_type
+    opts = {"split": "train", "text_field": "code", "label_field": "y"}
+    got = records(spark, [Source("d", "table:lc_test_table", **opts)])
+    want = records(spark, [Source("d", files, **opts)])
+    assert got.count() == 40
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_catalog_table_errors(spark, cli):
+    code, _, err = cli("audit", "-d", "d:train=table:no_such_table_here", "--text-field", "t")
+    assert code == 2 and err.startswith("leakcheck-spark: error [LC_E_IO]: no such table")
+    spark.createDataFrame([("a",)], "t string").createOrReplaceTempView("lc_mem_view")
+    code, _, err = cli("audit", "-d", "d:train=table:lc_mem_view", "--text-field", "t")
+    assert code == 2 and "[LC_E_USAGE]" in err and "not backed by files" in err
+    assert len(err.strip().splitlines()) == 1
