@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
         o.add_argument("--verbose", action="store_true",
                        help="keep Spark's own INFO logging (default: warnings only)")
+        o.add_argument("--config", metavar="FILE",
+                       help="read flags from a TOML file (flags given here win; see README)")
         s = p.add_argument_group("spark")
         s.add_argument("--master", metavar="URL", help="Spark master (default: local[*])")
         s.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -98,7 +100,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, what in LATER.items():
         sub.add_parser(name, allow_abbrev=False, help=f"{what} (not available yet)")
+    top.set_defaults(command=None)
+    top.commands = {"audit": a, "clean": c}  # type: ignore[attr-defined]
     return top
+
+
+def expand_config(argv: list[str]) -> list[str]:
+    """argv with ``--config FILE`` replaced by the flags the file stands for, placed right after
+    the command so that the command line's own flags win."""
+    from leakcheck_spark import config
+
+    path, argv = config.split_config(argv)
+    if path is None:
+        return argv
+    commands = build_parser().commands  # type: ignore[attr-defined]
+    if not argv or argv[0] not in commands:
+        raise LeakcheckError(errors.USAGE, "--config needs a command before it",
+                             f"write {PROG} audit --config FILE (or clean)")
+    return [argv[0], *config.to_flags(config.load(path), commands[argv[0]], path), *argv[1:]]
 
 
 def parse_source(spec: str, args: argparse.Namespace) -> Source:
@@ -222,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise LeakcheckError(errors.USAGE, f"'{argv[0]}' ({LATER[argv[0]]}) is not "
                                  "available yet in this version", "use 'audit' or 'clean'")
         _Parser.command = argv[0] if argv and argv[0] in ("audit", "clean") else ""
+        argv = expand_config(argv)
         args = build_parser().parse_args(argv)
         if args.command is None:
             build_parser().print_help(sys.stderr)

@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from leakcheck_spark import errors
+from leakcheck_spark.errors import LeakcheckError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -76,11 +79,33 @@ def get_session(
         builder = builder.config(key, value)
     for key, value in conf:
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - a master that cannot be reached, a bad setting
+        raise _start_error(chosen, exc) from None
     if launched_by_submit and not verbose:
         # spark-submit's JVM logs at INFO (thousands of lines); keep a job's output readable.
         session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def _start_error(master: str | None, exc: BaseException) -> LeakcheckError:
+    """The one-line error for a session that would not start (the deepest cause, not the JVM
+    stack trace)."""
+    reason = (str(exc).strip().splitlines() or [""])[0]
+    cause = getattr(exc, "java_exception", None)  # a Py4JJavaError: follow the Java causes
+    while cause is not None:
+        try:
+            message, cause = cause.getMessage(), cause.getCause()
+        except Exception:  # noqa: BLE001 - the gateway may be gone already
+            break
+        reason = message or reason
+    reason = reason.strip().splitlines()[0][:300] if reason.strip() else type(exc).__name__
+    if "stopped SparkContext" in reason:  # what a standalone master that never answers leaves
+        reason = "no answer from the master (Spark gave up and stopped the session)"
+    where = f"on {master}" if master else "(spark-submit's master)"
+    return LeakcheckError(errors.IO, f"cannot start a Spark session {where}: {reason}",
+                          "check --master (is the cluster up and reachable?) and --conf settings")
 
 
 def _submit_conf() -> dict:

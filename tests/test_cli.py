@@ -192,3 +192,17 @@ def test_split_field_overrides_and_max_rows_through_the_cli(cli, tmp_path):
         ("x/test", "k2", "x/train"), ("x/train", "k1", "x/test"),
         ("x/test", "k3", "z/ref"), ("z/ref", 0, "x/test")}
     assert rep["label_conflicts"]["count"] == 1
+
+
+def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
+    import subprocess
+    import sys
+
+    write_jsonl(tmp_path / "a.jsonl", [{"t": "x"}])
+    proc = subprocess.run([sys.executable, "-m", "leakcheck_spark", "audit", "--master",
+                           "nosuch://host", "-d", f"a={tmp_path / 'a.jsonl'}", "--text-field", "t"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert last.startswith("leakcheck-spark: error [LC_E_IO]: cannot start a Spark session on "
+                           "nosuch://host: ")

@@ -46,6 +46,13 @@ def _spark_bin(name: str) -> str:
     return str(path)
 
 
+def _spark_home() -> str:
+    """The pip package's Spark (spark-class finds it with whatever `python` is on PATH else)."""
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent)
+
+
 def _master_state(ui_port: int) -> dict:
     """The standalone master's state, from its web UI's JSON ({} while it is not up)."""
     try:
@@ -61,7 +68,8 @@ def standalone(tmp_path_factory):
     workers' work directories)."""
     work = tmp_path_factory.mktemp("standalone")
     port, ui = _free_port(), _free_port()
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(work)}
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(work),
+           "SPARK_HOME": _spark_home()}
     procs = []
 
     def start(name: str, *args: str) -> None:
@@ -128,7 +136,7 @@ def inputs(tmp_path_factory):
 def _submit(master: str, job: str, args: list[str], cwd: Path) -> None:
     cmd = [_spark_bin("spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false",
            "--conf", "spark.sql.shuffle.partitions=5", str(ROOT / "jobs" / job), *args]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_HOME": _spark_home(),
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=SUBMIT_TIMEOUT)

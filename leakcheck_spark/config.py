@@ -1,0 +1,104 @@
+"""``--config FILE``: a TOML file that stands for command-line flags (for scheduled jobs).
+
+Every key is a flag's long name (``text-field``, ``near``, ``out-dir``; ``text_field`` works too),
+and two more name the short repeatable flags: ``datasets`` (``-d``) and ``overrides`` (``-o``).
+A value is what the flag takes: a string or number; ``true`` for a switch (``false`` leaves it
+off); a list for a repeatable flag (``datasets``, ``against``, ``overrides``, ``conf``).  The file
+becomes flags placed *before* the command line's own, so a flag given on the command line wins
+over the file (and a repeatable one adds to it)::
+
+    # audit.toml -- leakcheck-spark audit --config audit.toml
+    datasets = ["primevul:train=s3a://bucket/pv_train.jsonl",
+                "diversevul:test=s3a://bucket/dv_test.jsonl"]
+    text-field = "func"
+    near = true
+    out-dir = "s3a://bucket/leak_report"
+    conf = ["spark.sql.shuffle.partitions=400"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from leakcheck_spark import errors
+from leakcheck_spark.errors import LeakcheckError
+
+# Config keys for flags that have only a short form.
+_ALIASES = {"datasets": "-d", "overrides": "-o"}
+
+
+def split_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """(the --config FILE given, argv without it).
+
+    >>> split_config(["audit", "--config", "a.toml", "--near"])
+    ('a.toml', ['audit', '--near'])
+    >>> split_config(["audit", "--config=a.toml"])
+    ('a.toml', ['audit'])
+    """
+    rest, path = [], None
+    it = iter(argv)
+    for arg in it:
+        if arg == "--config":
+            path = next(it, None)
+            if path is None:
+                raise LeakcheckError(errors.USAGE, "--config needs a FILE",
+                                     "write --config job.toml")
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return path, rest
+
+
+def load(path: str) -> dict:
+    """The TOML table in `path`."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise LeakcheckError(errors.IO, f"cannot read config {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise LeakcheckError(errors.BAD_FORMAT, f"bad TOML in config {path}: {exc}",
+                             "see https://toml.io; the README shows an example") from None
+
+
+def to_flags(table: dict, parser: argparse.ArgumentParser, path: str) -> list[str]:
+    """The flags a config table stands for, checked against the command's `parser`."""
+    aliases = {opt: key for key, opt in _ALIASES.items()}
+    actions = {}
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public listing
+        for opt in action.option_strings:
+            if opt.startswith("--") or opt in aliases:
+                actions[aliases.get(opt, opt[2:])] = (opt, action)
+    for name in ("help", "config", "version"):
+        actions.pop(name, None)
+    flags: list[str] = []
+    for raw_key, value in table.items():
+        key = raw_key.replace("_", "-")
+        if key not in actions:
+            raise LeakcheckError(errors.USAGE, f"unknown key {raw_key!r} in config {path}",
+                                 f"keys are the flags' long names: {', '.join(sorted(actions))}")
+        opt, action = actions[key]
+        switch = isinstance(action, argparse._StoreTrueAction)  # noqa: SLF001
+        repeatable = isinstance(action, argparse._AppendAction)  # noqa: SLF001
+        values = value if isinstance(value, list) and repeatable else [value]
+        for v in values:
+            if switch and isinstance(v, bool):
+                flags += [opt] if v else []
+            elif not switch and isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                flags += [opt, str(v)]
+            else:
+                want = ("true or false" if switch else
+                        "a list of strings" if repeatable else "a string or a number")
+                raise LeakcheckError(errors.BAD_VALUE,
+                                     f"{raw_key} = {value!r} in config {path}: expected {want}",
+                                     f"{raw_key} = true turns {opt} on" if switch else
+                                     f"{raw_key} = \"VALUE\" stands for {opt} VALUE")
+    return flags
