@@ -206,3 +206,33 @@ def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert last.startswith("leakcheck-spark: error [LC_E_IO]: cannot start a Spark session on "
                            "nosuch://host: ")
+
+
+def test_file_uris_and_paths_with_spaces_give_the_same_outputs(cli, tmp_path):
+    d = tmp_path / "in put"
+    write_jsonl(d / "train.jsonl", [{"t": "int a;"}, {"t": "int b;"}, {"t": "int c;"}])
+    write_jsonl(d / "test.jsonl", [{"t": "int  a;"}, {"t": "int z;"}, {"t": "int c;"}])
+
+    def run(prefix: str, out: str) -> dict:
+        base = f"{prefix}{tmp_path}/{out}"
+        args = ["--text-field", "t", "--quiet"]
+        code, _, _ = cli("audit", "-d", f"a:train={prefix}{d}/train.jsonl", "-d",
+                         f"b:test={prefix}{d}/test.jsonl", *args, "--format", "json",
+                         "--out-dir", f"{base} report")
+        assert code == 0
+        code, _, _ = cli("clean", "--test", f"b:test={prefix}{d}/test.jsonl", "--against",
+                         f"a:train={prefix}{d}/train.jsonl", *args, "--out",
+                         f"{base} clean.jsonl", "--report", f"{base} dropped.json")
+        assert code == 0
+        local = tmp_path / out
+        report = json.loads((tmp_path / f"{out} report" / "report.json").read_text())
+        overlaps = sorted(line for f in (tmp_path / f"{out} report" / "overlaps").glob("part-*")
+                          for line in f.read_text().splitlines())
+        assert not list(tmp_path.glob(f".{out}*")) and not local.exists()  # no staging left
+        return {"matrix": report["split_matrix"], "overlaps": overlaps,
+                "clean": (tmp_path / f"{out} clean.jsonl").read_bytes(),
+                "dropped": json.loads((tmp_path / f"{out} dropped.json").read_text())["dropped"]}
+
+    plain, uri = run("", "plain"), run("file://", "uri")
+    assert plain == uri and plain["overlaps"] and plain["dropped"]
+    assert plain["clean"] == b'{"t": "int z;"}\n'
