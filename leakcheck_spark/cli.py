@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="read flags from a TOML file (flags given here win; see README)")
         s = p.add_argument_group("spark")
         s.add_argument("--master", metavar="URL", help="Spark master (default: local[*])")
+        s.add_argument("--remote", metavar="sc://HOST:PORT",
+                       help="run through a Spark Connect server (default: $SPARK_REMOTE)")
         s.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                        help="a Spark setting (repeatable)")
 
@@ -195,7 +197,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         specs = [args.test, *args.against]
         sources = apply_overrides([parse_source(d, args) for d in specs], args.overrides)
-    spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose)
+    spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
+                        remote=args.remote)
     if args.command == "audit":
         from leakcheck_spark.audit import audit
 

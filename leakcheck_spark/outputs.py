@@ -12,39 +12,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import uuid
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
+from leakcheck_spark.paths import is_local, local_path, spark_uri
 from leakcheck_spark.sources import CSV_DIALECT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-
-
-def is_local(path: str) -> bool:
-    """True for a plain path or a ``file:`` URI (not ``s3a://``, ``hdfs:/``, ``dbfs:/`` ...).
-
-    >>> is_local("out/report"), is_local("file:///tmp/x"), is_local("s3a://b/x")
-    (True, True, False)
-    """
-    return not _SCHEME.match(path) or path.lower().startswith("file:")
-
-
-def local_path(path: str) -> str:
-    """The OS path of a local path or ``file:`` URI."""
-    return errors.display_path(path)
-
-
-def spark_uri(path: str) -> str:
-    """A path as Spark should be given it (absolute for local paths, so executors agree)."""
-    return os.path.abspath(local_path(path)) if is_local(path) else path
 
 
 @contextlib.contextmanager
@@ -92,7 +70,7 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
             if isinstance(f.dataType, (T.ArrayType, T.StructType, T.MapType)) else F.col(f.name)
             for f in df.schema.fields
         ])
-    writer = df.write.mode("errorifexists")
+    writer = df.write.mode("error")
     if fmt == "csv":
         writer.options(header=True, **CSV_DIALECT).csv(spark_uri(path))
     elif fmt == "json":
@@ -108,7 +86,7 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
     `text_column` writes that column's values as lines (the raw rows of line formats).
     """
     with staged(spark, path) as tmp_dir:
-        writer = df.write.mode("errorifexists")
+        writer = df.write.mode("error")
         if compression:
             writer = writer.option("compression", compression)
         if text_column is not None:

@@ -35,6 +35,7 @@ def get_session(
     conf: Iterable[tuple[str, str]] = (),
     app_name: str = "leakcheck-spark",
     verbose: bool = False,
+    remote: str | None = None,
 ) -> SparkSession:
     """Return the active SparkSession, or build one.
 
@@ -44,10 +45,14 @@ def get_session(
         conf: extra ``(key, value)`` settings (``--conf``).
         app_name: the application name shown by Spark.
         verbose: keep Spark's own logging (INFO) instead of warnings only.
+        remote: a Spark Connect URL (``sc://HOST:PORT``); None falls back to ``SPARK_REMOTE``.
     """
     from pyspark.sql import SparkSession
 
     conf = list(conf)
+    remote = remote or os.environ.get("SPARK_REMOTE")
+    if remote:
+        return _connect_session(remote, master, conf, app_name)
     active = SparkSession.getActiveSession()
     if active is not None and master is None:
         for key, value in conf:
@@ -86,6 +91,30 @@ def get_session(
     if launched_by_submit and not verbose:
         # spark-submit's JVM logs at INFO (thousands of lines); keep a job's output readable.
         session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def _connect_session(remote: str, master: str | None, conf: list[tuple[str, str]],
+                     app_name: str) -> SparkSession:
+    """A Spark Connect session: the server owns the master, the JVM and the logs; settings
+    given here are the session's SQL settings."""
+    from pyspark.sql import SparkSession
+
+    if master:
+        raise LeakcheckError(errors.USAGE, f"--master {master} and Spark Connect ({remote}) "
+                             "cannot be used together", "the Connect server owns the master: "
+                             "drop --master, or --remote / SPARK_REMOTE")
+    builder = SparkSession.builder.remote(remote).appName(app_name)
+    for key, value in [*_DEFAULTS.items(), *conf]:
+        if key.startswith("spark.sql."):
+            builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - an unreachable server, a missing client package
+        raise _start_error(remote, exc) from None
+    for key, value in conf:
+        if not key.startswith("spark.sql."):
+            session.conf.set(key, value)
     return session
 
 

@@ -35,6 +35,7 @@ from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError, encode_row_error
 from leakcheck_spark.labels import canonical_label, display_label, from_typed_string
 from leakcheck_spark.options import DEFAULT_SPLIT, Options, Source
+from leakcheck_spark.paths import spark_uri
 from leakcheck_spark.udf import series_udf
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ def list_files(spark: SparkSession, src: Source) -> list[tuple[str, str]]:
     try:
         listed = (
             spark.read.format("binaryFile").option("recursiveFileLookup", "true")
-            .load(path).select("path").collect()
+            .load(spark_uri(path)).select("path").collect()
         )
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
         raise _translate(exc) from None

@@ -1,4 +1,5 @@
-"""The same report on any master: local[2], local-cluster and a real standalone cluster.
+"""The same report on any master: local[2], local-cluster, a real standalone cluster, and
+through a Spark Connect server.
 
 The standalone cluster is real: a master and two workers started from the pip package's
 ``bin/spark-class`` on 127.0.0.1, each a separate JVM, with executors in their own processes (and
@@ -95,13 +96,49 @@ def standalone(tmp_path_factory):
         yield url, [work / "worker1", work / "worker2"]
     finally:
         for proc, log in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.close()
+            _stop(proc, log)
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """A Spark Connect server (local[2]) started from the pip package; yields its sc:// URL."""
+    pytest.importorskip("grpc", reason="the Spark Connect client needs pyspark[connect]")
+    work = tmp_path_factory.mktemp("connect")
+    port = _free_port()
+    jar = next(Path(_spark_home(), "jars").glob("spark-connect_*.jar"))
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": _spark_home(),
+           "PYSPARK_PYTHON": sys.executable}
+    log = open(work / "server.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [_spark_bin("spark-submit"), "--class",
+         "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]",
+         "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.ui.enabled=false",
+         "--jars", str(jar), "spark-internal"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                pytest.fail("Spark Connect server did not start:\n"
+                            + (work / "server.log").read_text()[-3000:])
+            time.sleep(1)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        _stop(proc, log)
+
+
+def _stop(proc: subprocess.Popen, log) -> None:  # noqa: ANN001 - an open log file
+    """Stop a daemon we started (by its PID) and close its log."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +171,15 @@ def inputs(tmp_path_factory):
 
 
 def _submit(master: str, job: str, args: list[str], cwd: Path) -> None:
-    cmd = [_spark_bin("spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false",
-           "--conf", "spark.sql.shuffle.partitions=5", str(ROOT / "jobs" / job), *args]
+    """spark-submit a job on `master`; a master of ``sc://...`` runs the job script with plain
+    Python through that Spark Connect server instead."""
+    if master.startswith("sc://"):
+        cmd = [sys.executable, str(ROOT / "jobs" / job), "--remote", master,
+               "--conf", "spark.sql.shuffle.partitions=5", *args]
+    else:
+        cmd = [_spark_bin("spark-submit"), "--master", master, "--conf",
+               "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=5",
+               str(ROOT / "jobs" / job), *args]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_HOME": _spark_home(),
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
@@ -202,3 +246,7 @@ def test_standalone_cluster_gives_the_same_outputs(standalone, inputs, local_res
 
 def test_local_cluster_gives_the_same_outputs(inputs, local_result, tmp_path):
     _assert_same(_run_all("local-cluster[2,1,1024]", inputs, tmp_path), local_result)
+
+
+def test_spark_connect_gives_the_same_outputs(connect_server, inputs, local_result, tmp_path):
+    _assert_same(_run_all(connect_server, inputs, tmp_path), local_result)
