@@ -2,9 +2,8 @@
 
 Every output is first written to a hidden staging path next to its destination and moved into
 place only when all of it is written (:func:`staged`).  Spark writes the DataFrame outputs; small
-artifacts (report.json) are written by the driver.  Local paths (and ``file:`` URIs) are moved with
-the operating system's rename; other Hadoop URIs (``s3a://``, ``gs://``, ...) through the Hadoop
-FileSystem API of the driver's JVM.
+artifacts (report.json) are written by the driver (see :func:`_files` for how each kind of
+path is reached, including from a Spark Connect client).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ def staged(spark: SparkSession, final: str) -> Iterator[str]:
     there), on failure remove it.  Works for a file or a directory."""
     parent, name = _split(final)
     staging = _join(parent, f".{name}.lc-tmp-{uuid.uuid4().hex[:10]}")
-    fs = _FileSystem(spark, final)
+    fs = _files(spark, final)
     fs.mkdirs(parent)
     try:
         yield staging
@@ -43,13 +42,13 @@ def staged(spark: SparkSession, final: str) -> Iterator[str]:
 
 def remove(spark: SparkSession, path: str) -> None:
     """Delete a file or directory if it exists."""
-    _FileSystem(spark, path).delete(path)
+    _files(spark, path).delete(path)
 
 
 def write_text_file(spark: SparkSession, path: str, text: str | Iterable[str]) -> None:
     """Write a text artifact from the driver, atomically; `text` may be an iterable of chunks,
     written as they come (so a long list need not sit whole in driver memory)."""
-    _FileSystem(spark, path).write_text(path, [text] if isinstance(text, str) else text)
+    _files(spark, path).write_text(path, [text] if isinstance(text, str) else text)
 
 
 def write_json_file(spark: SparkSession, path: str, obj: object) -> None:
@@ -97,7 +96,7 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
             writer.json(spark_uri(tmp_dir))
         else:
             writer.parquet(spark_uri(tmp_dir))
-        fs = _FileSystem(spark, path)
+        fs = _files(spark, path)
         parts = [p for p in fs.list(tmp_dir) if _split(p)[1].startswith("part-")]
         if len(parts) != 1:
             raise LeakcheckError(errors.IO,
@@ -120,86 +119,190 @@ def _join(parent: str, name: str) -> str:
     return name if parent == "." else f"{parent.rstrip('/')}/{name}"
 
 
-class _FileSystem:
-    """The few filesystem operations outputs need, for local paths or any Hadoop URI."""
+def _is_connect(spark: SparkSession) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
-    def __init__(self, spark: SparkSession, path: str) -> None:
-        self.local = is_local(path)
-        self.spark = spark
-        self._fs = None
-        if not self.local:
-            jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None)
-            if jvm is None:
-                raise LeakcheckError(
-                    errors.USAGE, f"cannot write {path} from this driver",
-                    "write to a local path or run with a classic (non-Connect) session",
-                )
-            self._jvm = jvm
-            conf = spark.sparkContext._jsc.hadoopConfiguration()
-            uri = jvm.java.net.URI(path)
-            self._fs = jvm.org.apache.hadoop.fs.FileSystem.get(uri, conf)
 
-    def _p(self, path: str):  # noqa: ANN202 - a Java Path
-        return self._jvm.org.apache.hadoop.fs.Path(path)
+def _files(spark: SparkSession, path: str) -> _Files:
+    """The filesystem operations outputs need, for the place `path` is in.
+
+    Local paths (and ``file:`` URIs) go through the operating system.  Other Hadoop URIs go
+    through the Hadoop FileSystem of the driver's JVM in a classic session (the connectors and
+    credentials Spark itself uses), and through fsspec under Spark Connect, where this process
+    has no JVM: the client then needs fsspec and the package for the scheme (s3fs for ``s3a://``,
+    gcsfs for ``gs://``, adlfs for ``abfss://``), with credentials for the same storage.
+    """
+    if is_local(path):
+        return _LocalFiles()
+    if not _is_connect(spark):
+        return _HadoopFiles(spark, path)
+    return _FsspecFiles(path)
+
+
+class _Files:
+    """Operations on files and directories named by path; each backend supplies the primitives."""
 
     def mkdirs(self, path: str) -> None:
-        try:
-            if self.local:
-                os.makedirs(local_path(path), exist_ok=True)
-            else:
-                self._fs.mkdirs(self._p(path))
-        except OSError as exc:
-            raise LeakcheckError(errors.IO, f"cannot create {path}: {exc.strerror}") from None
+        raise NotImplementedError
 
     def exists(self, path: str) -> bool:
-        if self.local:
-            return os.path.lexists(local_path(path))
-        return bool(self._fs.exists(self._p(path)))
+        raise NotImplementedError
+
+    def _delete(self, path: str) -> None:
+        raise NotImplementedError
+
+    def _rename(self, src: str, dst: str) -> None:
+        raise NotImplementedError
+
+    def _names(self, path: str) -> list[str]:
+        raise NotImplementedError
+
+    def _open_write(self, path: str):  # noqa: ANN202 - a text file object
+        raise NotImplementedError
 
     def delete(self, path: str) -> None:
-        if self.local:
-            p = local_path(path)
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, ignore_errors=True)
-            elif os.path.lexists(p):
-                os.remove(p)
-        elif self.exists(path):
-            self._fs.delete(self._p(path), True)
+        if self.exists(path):
+            self._delete(path)
 
     def rename(self, src: str, dst: str) -> None:
-        if self.local:
-            os.replace(local_path(src), local_path(dst))
-        elif not self._fs.rename(self._p(src), self._p(dst)):
-            raise LeakcheckError(errors.IO, f"cannot move {src} to {dst}")
+        try:
+            self._rename(src, dst)
+        except OSError as exc:
+            raise LeakcheckError(errors.IO, f"cannot move {src} to {dst}: {exc}") from None
 
     def replace(self, src: str, dst: str) -> None:
-        if self.exists(dst):
-            self.delete(dst)
+        self.delete(dst)
         self.rename(src, dst)
 
     def list(self, path: str) -> list[str]:
-        if self.local:
-            p = local_path(path)
-            return [os.path.join(p, n) for n in sorted(os.listdir(p))]
-        return sorted(str(s.getPath().toString()) for s in self._fs.listStatus(self._p(path)))
+        """The entries of directory `path`, as paths under it, sorted."""
+        return [_join(path, name) for name in sorted(self._names(path))]
 
     def write_text(self, path: str, chunks: Iterable[str]) -> None:
         parent, name = _split(path)
         tmp = _join(parent, f".{name}.lc-tmp-{uuid.uuid4().hex[:10]}")
         try:
-            if self.local:
-                os.makedirs(local_path(parent), exist_ok=True)
-                with open(local_path(tmp), "w", encoding="utf-8") as fh:
-                    fh.writelines(chunks)
-            else:
-                out = self._fs.create(self._p(tmp), True)
-                try:
-                    for chunk in chunks:
-                        out.write(bytearray(chunk.encode("utf-8")))
-                finally:
-                    out.close()
+            self.mkdirs(parent)
+            with self._open_write(tmp) as fh:
+                fh.writelines(chunks)
             self.replace(tmp, path)
         except OSError as exc:
-            raise LeakcheckError(errors.IO, f"cannot write {path}: {exc.strerror}") from None
+            raise LeakcheckError(errors.IO, f"cannot write {path}: {exc.strerror or exc}") from None
         finally:
             self.delete(tmp)
+
+
+class _LocalFiles(_Files):
+    def mkdirs(self, path: str) -> None:
+        try:
+            os.makedirs(local_path(path), exist_ok=True)
+        except OSError as exc:
+            raise LeakcheckError(errors.IO, f"cannot create {path}: {exc.strerror}") from None
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(local_path(path))
+
+    def _delete(self, path: str) -> None:
+        p = local_path(path)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            os.remove(p)
+
+    def _rename(self, src: str, dst: str) -> None:
+        os.replace(local_path(src), local_path(dst))
+
+    def _names(self, path: str) -> list[str]:
+        return os.listdir(local_path(path))
+
+    def _open_write(self, path: str):  # noqa: ANN202
+        return open(local_path(path), "w", encoding="utf-8")  # noqa: SIM115 - caller closes
+
+
+class _HadoopFiles(_Files):
+    """Through the Hadoop FileSystem API of a classic session's JVM."""
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        self._jvm = spark.sparkContext._jvm
+        # Hadoop's Path (not java.net.URI) parses the path: it may hold spaces.
+        self._fs = self._p(path).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def _p(self, path: str):  # noqa: ANN202 - a Java Path
+        return self._jvm.org.apache.hadoop.fs.Path(path)
+
+    def mkdirs(self, path: str) -> None:
+        if not self._fs.mkdirs(self._p(path)):
+            raise LeakcheckError(errors.IO, f"cannot create {path}")
+
+    def exists(self, path: str) -> bool:
+        return bool(self._fs.exists(self._p(path)))
+
+    def _delete(self, path: str) -> None:
+        self._fs.delete(self._p(path), True)
+
+    def _rename(self, src: str, dst: str) -> None:
+        if not self._fs.rename(self._p(src), self._p(dst)):
+            raise OSError("the filesystem refused the rename")
+
+    def _names(self, path: str) -> list[str]:
+        return [str(s.getPath().getName()) for s in self._fs.listStatus(self._p(path))]
+
+    def _open_write(self, path: str):  # noqa: ANN202
+        return _JavaTextWriter(self._fs.create(self._p(path), True))
+
+
+class _JavaTextWriter:
+    """A Hadoop output stream as a Python text file (UTF-8), for ``with`` and ``writelines``."""
+
+    def __init__(self, stream) -> None:  # noqa: ANN001 - a Java FSDataOutputStream
+        self._stream = stream
+
+    def writelines(self, chunks: Iterable[str]) -> None:
+        for chunk in chunks:
+            self._stream.write(bytearray(chunk.encode("utf-8")))
+
+    def __enter__(self) -> _JavaTextWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stream.close()
+
+
+class _FsspecFiles(_Files):
+    """Through fsspec, for a Spark Connect client (which has no JVM of its own)."""
+
+    def __init__(self, path: str) -> None:
+        hint = ("under Spark Connect the client writes report files itself: install fsspec and "
+                "the package for this scheme (pip install 'leakcheck-spark[connect]' s3fs / "
+                "gcsfs / adlfs), or write to a path the client and the server share")
+        try:
+            import fsspec
+        except ImportError:
+            raise LeakcheckError(errors.USAGE, f"cannot write {path} from this Spark Connect "
+                                 "client: fsspec is not installed", hint) from None
+        try:
+            self._fs = fsspec.core.url_to_fs(path)[0]
+        except (ImportError, ValueError) as exc:
+            raise LeakcheckError(errors.USAGE, f"cannot write {path} from this Spark Connect "
+                                 f"client: {str(exc).splitlines()[0]}", hint) from None
+
+    def mkdirs(self, path: str) -> None:
+        try:
+            self._fs.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise LeakcheckError(errors.IO, f"cannot create {path}: {exc}") from None
+
+    def exists(self, path: str) -> bool:
+        return bool(self._fs.exists(path))
+
+    def _delete(self, path: str) -> None:
+        self._fs.rm(path, recursive=True)
+
+    def _rename(self, src: str, dst: str) -> None:
+        self._fs.mv(src, dst, recursive=True)
+
+    def _names(self, path: str) -> list[str]:
+        return [_split(str(p))[1] for p in self._fs.ls(path, detail=False)]
+
+    def _open_write(self, path: str):  # noqa: ANN202
+        return self._fs.open(path, "w", encoding="utf-8")

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,21 @@ def spark_conf(spark, **settings):
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, v)
+
+
+@contextlib.contextmanager
+def viewfs_mount(spark, target: Path = Path("/")):
+    """A non-local Hadoop URI over local files, for the code paths object storage takes: yields
+    ``viewfs://NAME/lc``, a Hadoop ViewFS mount of `target` (each call a new NAME, as Hadoop caches
+    a mount table by name)."""
+    name = f"lc{uuid.uuid4().hex[:8]}"
+    key = f"fs.viewfs.mounttable.{name}.link./lc"
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    conf.set(key, target.as_uri())
+    try:
+        yield f"viewfs://{name}/lc"
+    finally:
+        conf.unset(key)
 
 
 def write_jsonl(path: Path, rows: list) -> Path:

@@ -8,7 +8,7 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import write_jsonl
+from conftest import viewfs_mount, write_jsonl
 
 from leakcheck_spark.normalize import NORMALIZERS  # noqa: F401 - import works without Spark
 
@@ -208,7 +208,7 @@ def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
                            "nosuch://host: ")
 
 
-def test_file_uris_and_paths_with_spaces_give_the_same_outputs(cli, tmp_path):
+def test_file_uris_and_paths_with_spaces_give_the_same_outputs(spark, cli, tmp_path):
     d = tmp_path / "in put"
     write_jsonl(d / "train.jsonl", [{"t": "int a;"}, {"t": "int b;"}, {"t": "int c;"}])
     write_jsonl(d / "test.jsonl", [{"t": "int  a;"}, {"t": "int z;"}, {"t": "int c;"}])
@@ -228,11 +228,29 @@ def test_file_uris_and_paths_with_spaces_give_the_same_outputs(cli, tmp_path):
         report = json.loads((tmp_path / f"{out} report" / "report.json").read_text())
         overlaps = sorted(line for f in (tmp_path / f"{out} report" / "overlaps").glob("part-*")
                           for line in f.read_text().splitlines())
-        assert not list(tmp_path.glob(f".{out}*")) and not local.exists()  # no staging left
+        # No staging left (Hadoop's checksummed local filesystem keeps .crc files of its own).
+        staging = [p for p in tmp_path.glob(f".{out}*") if p.suffix != ".crc"]
+        assert not staging and not local.exists()
         return {"matrix": report["split_matrix"], "overlaps": overlaps,
                 "clean": (tmp_path / f"{out} clean.jsonl").read_bytes(),
                 "dropped": json.loads((tmp_path / f"{out} dropped.json").read_text())["dropped"]}
 
     plain, uri = run("", "plain"), run("file://", "uri")
     assert plain == uri and plain["overlaps"] and plain["dropped"]
+    # A non-local Hadoop URI (viewfs, mounted on tmp_path): outputs staged and moved through the
+    # Hadoop FileSystem API.
+    with viewfs_mount(spark) as root:
+        assert run(root, "view") == plain
     assert plain["clean"] == b'{"t": "int z;"}\n'
+
+
+def test_a_connect_client_without_a_filesystem_for_the_scheme_gets_a_usage_error():
+    from leakcheck_spark.errors import USAGE, LeakcheckError
+    from leakcheck_spark.outputs import _FsspecFiles
+
+    with pytest.raises(LeakcheckError) as err:
+        _FsspecFiles("nosuchscheme://bucket/out/report.json")
+    assert err.value.code == USAGE
+    assert err.value.message.startswith("cannot write nosuchscheme://bucket/out/report.json from "
+                                        "this Spark Connect client: ")
+    assert "fsspec" in err.value.hint and "\n" not in err.value.line()

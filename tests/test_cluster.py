@@ -28,6 +28,29 @@ pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SUBMIT_TIMEOUT = 600
+# Outputs written through a non-local Hadoop URI: a ViewFS mount of the local root, set on every
+# master (and, for a Spark Connect client, an fsspec filesystem for the same URIs, see below).
+VIEWFS = "viewfs://lcview/lc"
+VIEWFS_CONF = "spark.hadoop.fs.viewfs.mounttable.lcview.link./lc=file:///"
+# Installed into a Connect client's interpreter (as sitecustomize): fsspec's view of VIEWFS.
+FSSPEC_VIEWFS = """
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+
+class ViewFS(LocalFileSystem):
+    protocol = "viewfs"
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        path = str(path)
+        if path.startswith("viewfs://"):  # viewfs://AUTHORITY/lc/REST -> /REST
+            path = "/" + path[len("viewfs://"):].split("/", 2)[2]
+        return super()._strip_protocol(path)
+
+
+fsspec.register_implementation("viewfs", ViewFS, clobber=True)
+"""
 
 
 def _free_port() -> int:
@@ -113,6 +136,7 @@ def connect_server(tmp_path_factory):
         [_spark_bin("spark-submit"), "--class",
          "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]",
          "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.ui.enabled=false",
+         "--conf", VIEWFS_CONF,
          "--jars", str(jar), "spark-internal"],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
     try:
@@ -173,32 +197,37 @@ def inputs(tmp_path_factory):
 def _submit(master: str, job: str, args: list[str], cwd: Path) -> None:
     """spark-submit a job on `master`; a master of ``sc://...`` runs the job script with plain
     Python through that Spark Connect server instead."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_HOME": _spark_home(),
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     if master.startswith("sc://"):
         cmd = [sys.executable, str(ROOT / "jobs" / job), "--remote", master,
                "--conf", "spark.sql.shuffle.partitions=5", *args]
+        site = cwd.parent / "site"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(FSSPEC_VIEWFS)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     else:
         cmd = [_spark_bin("spark-submit"), "--master", master, "--conf",
                "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=5",
-               str(ROOT / "jobs" / job), *args]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_HOME": _spark_home(),
-           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+               "--conf", VIEWFS_CONF, str(ROOT / "jobs" / job), *args]
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=SUBMIT_TIMEOUT)
     assert done.returncode == 0, f"{' '.join(cmd)}\n{done.stderr[-4000:]}"
 
 
-def _run_all(master: str, inputs: Path, out: Path) -> dict:
-    """Audit (with --near) and clean on `master`; returns what must be identical everywhere."""
+def _run_all(master: str, inputs: Path, out: Path, prefix: str = "") -> dict:
+    """Audit (with --near) and clean on `master`, writing to `prefix` + `out` (a URI prefix such
+    as VIEWFS that reaches local files another way); returns what must be identical everywhere."""
     cwd = out / "cwd"
     cwd.mkdir(parents=True)
     fields = ["--text-field", "code", "--id-field", "uid", "--label-field", "y"]
     _submit(master, "audit.py", [
         "-d", f"ref:train={inputs / 'train'}", "-d", f"new:test={inputs / 'test.jsonl'}",
-        *fields, "--near", "--format", "json", "--out-dir", str(out / "report dir")], cwd)
+        *fields, "--near", "--format", "json", "--out-dir", f"{prefix}{out / 'report dir'}"], cwd)
     _submit(master, "clean.py", [
         "--test", f"new:test={inputs / 'test.jsonl'}", "--against", f"ref:train={inputs / 'train'}",
-        *fields, "--near", "--dedup", "--out", str(out / "clean.jsonl"),
-        "--report", str(out / "dropped.json")], cwd)
+        *fields, "--near", "--dedup", "--out", f"{prefix}{out / 'clean.jsonl'}",
+        "--report", f"{prefix}{out / 'dropped.json'}"], cwd)
     assert not any(cwd.iterdir()), "a job wrote into its working directory"
     report = json.loads((out / "report dir" / "report.json").read_text())
     report.pop("timings")
@@ -248,5 +277,17 @@ def test_local_cluster_gives_the_same_outputs(inputs, local_result, tmp_path):
     _assert_same(_run_all("local-cluster[2,1,1024]", inputs, tmp_path), local_result)
 
 
+def test_outputs_to_a_non_local_uri_are_the_same(inputs, local_result, tmp_path):
+    """Writes (staging, commit, report.json) through the driver's Hadoop FileSystem API."""
+    _assert_same(_run_all("local-cluster[2,1,1024]", inputs, tmp_path, VIEWFS), local_result)
+
+
 def test_spark_connect_gives_the_same_outputs(connect_server, inputs, local_result, tmp_path):
     _assert_same(_run_all(connect_server, inputs, tmp_path), local_result)
+
+
+def test_spark_connect_writes_non_local_uris_through_fsspec(connect_server, inputs, local_result,
+                                                            tmp_path):
+    """The Connect client has no JVM: report.json and the commit renames go through fsspec, the
+    DataFrame outputs through the server."""
+    _assert_same(_run_all(connect_server, inputs, tmp_path, VIEWFS), local_result)
