@@ -31,7 +31,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from leakcheck_spark import errors
+from leakcheck_spark import errors, hf
 from leakcheck_spark.errors import LeakcheckError, encode_row_error
 from leakcheck_spark.labels import canonical_label, display_label, from_typed_string
 from leakcheck_spark.options import DEFAULT_SPLIT, Options, Source
@@ -57,7 +57,7 @@ JSONL_COMMENTS = ("#", "//")
 # RFC 4180 quoting ("" inside quotes), as Python's csv module and pandas read and write it;
 # Spark's own default escapes with a backslash.
 CSV_DIALECT = {"quote": '"', "escape": '"'}
-TABULAR_FORMATS = ("csv", "parquet", "table")
+TABULAR_FORMATS = ("csv", "parquet", "table", "hf")
 # A source read from the Spark catalog: table:NAME (a Hive metastore or Unity Catalog name).
 TABLE_PREFIX = "table:"
 
@@ -69,7 +69,7 @@ _PARSED_DDL = (
 )
 # How a parse stage names a row's position in messages, by format.
 _UNIT = {"jsonl": "line", "txt": "line", "json": "element", "csv": "row", "parquet": "row",
-         "table": "row"}
+         "table": "row", "hf": "row"}
 
 
 def file_format(path: str) -> str | None:
@@ -116,11 +116,8 @@ def list_files(spark: SparkSession, src: Source) -> list[tuple[str, str]]:
     path = src.path
     if path.startswith(TABLE_PREFIX):
         return [(path[len(TABLE_PREFIX):], "table")]
-    if path.startswith("hf:"):
-        raise LeakcheckError(
-            errors.USAGE, f"hf: sources are not available yet ({src.label})",
-            "export the data to parquet or jsonl files and pass their path",
-        )
+    if path.startswith(hf.PREFIX):
+        return [(path, "hf")]
     try:
         listed = (
             spark.read.format("binaryFile").option("recursiveFileLookup", "true")
@@ -392,9 +389,11 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         df = df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
     elif fmt == "table":
         df = _catalog_table(spark, files[0], src)
+    elif fmt == "hf":
+        df = hf.read(spark, src)
     else:
         df = spark.read.parquet(*files)
-    columns = df.columns
+    columns = [c for c in df.columns if fmt != "hf" or c not in hf.POSITION_COLUMNS]
     frame.original_columns[fmt] = columns
     schema = {f.name: f.dataType for f in df.schema.fields}
     where = f"{src.path} (columns: {', '.join(columns[:12])})"
@@ -406,7 +405,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
     need("text field", src.text_field)
     need("id field", src.id_field)
     need("label field", src.label_field)
-    if src.split is None:
+    if src.split is None and fmt != "hf":  # an HF dataset's splits are its own
         need("split field", src.split_field)
     if not isinstance(schema[src.text_field], (T.StringType, T.NullType)):
         raise LeakcheckError(
@@ -419,15 +418,18 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
     # or "id"); `original_column` gives them back their names when kept rows are written.
     orig = [F.col(f"`{c}`").alias(original_column(i)) for i, c in enumerate(columns)]
     internal = [original_column(i) for i in range(len(columns))]
-    df = df.select(
-        *orig,
-        F.col("_metadata.file_path").alias("_lc_file"),
-        F.col("_metadata.file_block_start").alias("_lc_block"),
-    )
-    # Not an id: within one (file, block) -- always read by one task, in order -- it increases
-    # with the row, so `_lc_seq - min(_lc_seq)` over the block is the row's ordinal (scan()).
-    # The parts are cached before the scan, so every later use sees the same values.
-    df = df.withColumn("_lc_seq", F.monotonically_increasing_id())
+    if fmt == "hf":  # the loader numbered the rows: the split is the "block"
+        df = df.select(*orig, *hf.POSITION_COLUMNS)
+    else:
+        df = df.select(
+            *orig,
+            F.col("_metadata.file_path").alias("_lc_file"),
+            F.col("_metadata.file_block_start").alias("_lc_block"),
+        )
+        # Not an id: within one (file, block) -- always read by one task, in order -- it
+        # increases with the row, so `_lc_seq - min(_lc_seq)` over the block is the row's ordinal
+        # (scan()).  The parts are cached before the scan, so every later use sees the same values.
+        df = df.withColumn("_lc_seq", F.monotonically_increasing_id())
     df = df.withColumn("_lc_line", F.col("_lc_seq"))
 
     def col(name: str):  # noqa: ANN202 - a Column
@@ -456,7 +458,9 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         label, has_label = raw_label, raw_label.isNotNull()
     else:
         label, canon, has_label = null_str, null_str, F.lit(False)
-    if src.split_field and src.split is None:
+    if fmt == "hf" and src.split is None:
+        split, has_split = F.col("_lc_split"), F.lit(True)
+    elif src.split_field and src.split is None:
         split, has_split = col(src.split_field).cast("string"), F.lit(True)
     else:
         split, has_split = null_str, F.lit(False)
