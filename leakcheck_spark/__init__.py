@@ -4,7 +4,8 @@
 >>> res = L.audit([L.Source("a", "a.jsonl", split="train", text_field="func")])  # doctest: +SKIP
 
 The public API: :class:`Source`, :class:`Options`, :func:`audit` (-> :class:`AuditResult`),
-:func:`clean` (-> :class:`CleanResult`), :class:`LeakcheckError`; the normalisers in
+:func:`clean` (-> :class:`CleanResult`), :func:`resplit` (-> :class:`ResplitResult`),
+:class:`LeakcheckError`; the normalisers in
 :mod:`leakcheck_spark.normalize`; the stages in :mod:`leakcheck_spark.sources`,
 :mod:`leakcheck_spark.match` (each ``DataFrame -> DataFrame``).
 """
@@ -17,6 +18,7 @@ from leakcheck_spark.audit import AuditResult, audit  # noqa: E402  (binds the f
 from leakcheck_spark.clean import CleanResult, clean  # noqa: E402
 from leakcheck_spark.errors import LeakcheckError  # noqa: E402
 from leakcheck_spark.options import Options, Source  # noqa: E402
+from leakcheck_spark.resplit import ResplitResult, resplit  # noqa: E402
 
-__all__ = ["Source", "Options", "audit", "AuditResult", "clean", "CleanResult", "LeakcheckError",
-           "__version__"]
+__all__ = ["Source", "Options", "audit", "AuditResult", "clean", "CleanResult", "resplit",
+           "ResplitResult", "LeakcheckError", "__version__"]

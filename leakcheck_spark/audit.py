@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -113,6 +114,18 @@ class AuditResult:
         log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)
 
 
+def keyed(df: DataFrame, options: Options) -> DataFrame:
+    """Parsed rows with their `key`.  Past keying, exact matching only shows a conflict's sample
+    text (200 characters): caching just that much keeps the cached input small.  ``--near`` signs
+    the full texts, so they stay."""
+    import pyspark.sql.functions as F
+
+    df = with_keys(df, options.normalizer, options.lang, options.max_chars)
+    if options.near:
+        return df
+    return df.withColumn("text", F.substring("text", 1, match.SAMPLE_TEXT_CHARS))
+
+
 @spark_action
 def audit(sources: Sequence[Source], options: Options | None = None,
           spark: SparkSession | None = None) -> AuditResult:
@@ -136,15 +149,8 @@ def audit(sources: Sequence[Source], options: Options | None = None,
     sources = list(sources)
     timer = Timer()
 
-    def keys(df: DataFrame) -> DataFrame:
-        # After keying, exact matching only shows a conflict's sample text (200 characters):
-        # caching just that much keeps the cached input small.  --near signs the full texts.
-        keyed = with_keys(df, options.normalizer, options.lang, options.max_chars)
-        if options.near:
-            return keyed
-        return keyed.withColumn("text", F.substring("text", 1, match.SAMPLE_TEXT_CHARS))
-
-    records, frames, blocks = read_records(spark, sources, options, prepare=keys)
+    records, frames, blocks = read_records(spark, sources, options,
+                                           prepare=functools.partial(keyed, options=options))
     cached = [part for frame in frames for _, part in frame.parts]
     reached = None
     try:

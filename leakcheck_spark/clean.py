@@ -33,10 +33,6 @@ log = logging.getLogger("leakcheck_spark")
 
 REASONS = ("against", "duplicate", "conflict")
 # --out endings written as one file, and their (format, compression).
-SINGLE_FILE = {
-    ".jsonl": ("jsonl", None), ".jsonl.gz": ("jsonl", "gzip"), ".ndjson": ("jsonl", None),
-    ".csv": ("csv", None), ".csv.gz": ("csv", "gzip"), ".parquet": ("parquet", None),
-}
 
 
 @dataclass
@@ -252,8 +248,7 @@ def write_rows(result: CleanResult, out: str) -> None:
     """Write the kept rows of a clean, as read (see :meth:`CleanResult.write`)."""
     spark = result.rows.sparkSession
     t = time.monotonic()
-    low = out.lower()
-    single = next((v for ext, v in SINGLE_FILE.items() if low.endswith(ext)), None)
+    single = outputs.single_file_format(out)
     kept = result.kept
     as_lines = result.input_format in ("jsonl", "json")  # raw JSON lines can be written as is
     # Line formats become columns by a round trip through Spark's JSON reader, beside the output

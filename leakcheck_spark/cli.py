@@ -20,7 +20,6 @@ from leakcheck_spark.options import FORMATS, Options, Source
 
 PROG = "leakcheck-spark"
 LATER = {
-    "resplit": "leak-free split reassignment",
     "images": "near-duplicate images",
     "fingerprint": "dataset fingerprints",
     "check": "eval contamination checks",
@@ -100,10 +99,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also drop test records whose text carries another label elsewhere")
     common(c)
 
+    r = sub.add_parser("resplit", allow_abbrev=False,
+                       help="leak-free split assignment: duplicate groups moved into one split")
+    r.add_argument("-d", dest="datasets", action="append", default=[], metavar="NAME[:SPLIT]=SRC",
+                   help="a dataset source (repeatable)")
+    r.add_argument("--priority", default="train,val,test", metavar="S1,S2,...",
+                   help="split precedence, highest first (default train,val,test); "
+                        "other splits rank after, alphabetically")
+    r.add_argument("--out", required=True, metavar="PATH",
+                   help="one row per record: one file for .jsonl/.csv/.parquet, else a directory")
+    common(r)
+
     for name, what in LATER.items():
         sub.add_parser(name, allow_abbrev=False, help=f"{what} (not available yet)")
     top.set_defaults(command=None)
-    top.commands = {"audit": a, "clean": c}  # type: ignore[attr-defined]
+    top.commands = {"audit": a, "clean": c, "resplit": r}  # type: ignore[attr-defined]
     return top
 
 
@@ -190,10 +200,15 @@ def run(args: argparse.Namespace) -> int:
     from leakcheck_spark.session import get_session
 
     options = build_options(args)
-    if args.command == "audit":
+    if args.command in ("audit", "resplit"):
         if not args.datasets:
-            raise LeakcheckError(errors.USAGE, "audit needs at least one -d NAME[:SPLIT]=SOURCE")
+            raise LeakcheckError(errors.USAGE,
+                                 f"{args.command} needs at least one -d NAME[:SPLIT]=SOURCE")
         sources = apply_overrides([parse_source(d, args) for d in args.datasets], args.overrides)
+        if args.command == "resplit":
+            from leakcheck_spark.resplit import parse_priority
+
+            priority = parse_priority(args.priority)
     else:
         specs = [args.test, *args.against]
         sources = apply_overrides([parse_source(d, args) for d in specs], args.overrides)
@@ -214,6 +229,18 @@ def run(args: argparse.Namespace) -> int:
             print(render(report))
         result.unpersist()
         return 1 if args.fail_on_overlap and result.cross_group_overlap else 0
+    if args.command == "resplit":
+        from leakcheck_spark.resplit import render, resplit
+
+        result = resplit(sources, options, priority, spark=spark)
+        result.write(args.out)
+        report = {**result.to_dict(), "out": args.out}
+        if args.json:
+            _emit_json(args.json, report)
+        text = f"{render(report)}\nwrote {args.out}"
+        print(text, file=sys.stderr if args.json == "-" else sys.stdout)
+        result.unpersist()
+        return 0
     from leakcheck_spark.clean import clean
 
     result = clean(sources[0], sources[1:], options, dedup=args.dedup,
@@ -243,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] in LATER:
             raise LeakcheckError(errors.USAGE, f"'{argv[0]}' ({LATER[argv[0]]}) is not "
                                  "available yet in this version", "use 'audit' or 'clean'")
-        _Parser.command = argv[0] if argv and argv[0] in ("audit", "clean") else ""
+        _Parser.command = argv[0] if argv and argv[0] in ("audit", "clean", "resplit") else ""
         argv = expand_config(argv)
         args = build_parser().parse_args(argv)
         if args.command is None:

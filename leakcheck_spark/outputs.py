@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import uuid
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
@@ -76,6 +76,38 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
         writer.json(spark_uri(path))
     else:
         writer.parquet(spark_uri(path))
+
+
+# An output path with one of these endings is written as one file: (format, compression).
+SINGLE_FILE = {
+    ".jsonl": ("jsonl", None), ".jsonl.gz": ("jsonl", "gzip"), ".ndjson": ("jsonl", None),
+    ".csv": ("csv", None), ".csv.gz": ("csv", "gzip"), ".parquet": ("parquet", None),
+}
+
+
+def single_file_format(path: str) -> tuple[str, str | None] | None:
+    """(format, compression) when `path` names one file by its ending, else None (a directory).
+
+    >>> single_file_format("out/a.csv.gz"), single_file_format("out/rows")
+    (('csv', 'gzip'), None)
+    """
+    low = path.lower()
+    return next((v for ext, v in SINGLE_FILE.items() if low.endswith(ext)), None)
+
+
+def write_rows(df: DataFrame, path: str, fmt: str, order: Sequence[str],
+               columns: Sequence[str]) -> None:
+    """Write the `columns` of result rows to `path`, in `order`: one file when the path's ending
+    names a format (:data:`SINGLE_FILE`), else a directory of part files in `fmt`."""
+    single = single_file_format(path)
+    if single is None:
+        with staged(df.sparkSession, path) as tmp:
+            write_table(df.orderBy(*order).select(*columns), tmp, fmt)
+        return
+    fmt, compression = single
+    ordered = df.coalesce(1).sortWithinPartitions(*order).select(*columns)
+    write_single_file(df.sparkSession, ordered, path, "json" if fmt == "jsonl" else fmt,
+                      compression)
 
 
 def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
