@@ -20,11 +20,11 @@ from leakcheck_spark.options import FORMATS, Options, Source
 
 PROG = "leakcheck-spark"
 LATER = {
-    "images": "near-duplicate images",
     "fingerprint": "dataset fingerprints",
     "check": "eval contamination checks",
 }
 OVERRIDE_KEYS = ("text", "label", "split", "id", "config", "hf_split")
+COMMANDS = ("audit", "clean", "resplit", "images")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,15 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    def common(p: argparse.ArgumentParser) -> None:
+    def fields(p: argparse.ArgumentParser, text: bool = True) -> argparse._ArgumentGroup:
         g = p.add_argument_group("fields")
-        g.add_argument("--text-field", metavar="F", help="field holding the text (not for .txt)")
-        g.add_argument("--label-field", metavar="F", help="field holding the label")
+        if text:
+            g.add_argument("--text-field", metavar="F", help="field holding the text (not .txt)")
+            g.add_argument("--label-field", metavar="F", help="field holding the label")
         g.add_argument("--split-field", metavar="F", help="field holding the split")
         g.add_argument("--id-field", metavar="F", help="field holding the id (default: row index)")
         g.add_argument("-o", dest="overrides", action="append", default=[],
                        metavar="NAME.KEY=VALUE",
                        help=f"per-dataset field override; KEY = {'|'.join(OVERRIDE_KEYS)}")
+        return g
+
+    def common(p: argparse.ArgumentParser) -> None:
+        fields(p)
         m = p.add_argument_group("matching")
         m.add_argument("--normalizer", choices=NORMALIZERS, default="whitespace")
         m.add_argument("--lang", choices=LANGS, default="c")
@@ -62,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
         m.add_argument("--num-perm", type=int, default=128, metavar="P")
         m.add_argument("--max-rows", type=int, default=0, metavar="N",
                        help="read at most N rows per source (0 = all)")
+        general(p)
+
+    def general(p: argparse.ArgumentParser) -> None:
         o = p.add_argument_group("output")
         o.add_argument("--format", choices=FORMATS, default="parquet",
                        help="format of list outputs (default parquet)")
@@ -110,10 +118,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one row per record: one file for .jsonl/.csv/.parquet, else a directory")
     common(r)
 
+    i = sub.add_parser("images", allow_abbrev=False,
+                       help="near-duplicate images across splits (dHash), leak-free splits")
+    i.add_argument("-d", dest="datasets", action="append", default=[], metavar="NAME[:SPLIT]=SRC",
+                   help="images: a directory, glob, image file, .txt list of paths, or a table")
+    g = fields(i, text=False)
+    g.add_argument("--path-field", metavar="F", help="table column holding image paths")
+    g.add_argument("--bytes-field", metavar="F", help="table column holding image bytes")
+    i.add_argument("--threshold", type=int, default=5, metavar="T",
+                   help="near-duplicates: Hamming distance of the 64-bit hashes <= T (0..63)")
+    i.add_argument("--out-dir", metavar="DIR",
+                   help="write report.json, overlaps/, leaked_groups/, unreadable/")
+    i.add_argument("--resplit-out", metavar="PATH",
+                   help="write the leak-free split assignment (one row per image)")
+    i.add_argument("--priority", default="train,val,test", metavar="S1,S2,...",
+                   help="split precedence for --resplit-out, highest first")
+    general(i)
+
     for name, what in LATER.items():
         sub.add_parser(name, allow_abbrev=False, help=f"{what} (not available yet)")
     top.set_defaults(command=None)
-    top.commands = {"audit": a, "clean": c, "resplit": r}  # type: ignore[attr-defined]
+    top.commands = {"audit": a, "clean": c, "resplit": r, "images": i}  # type: ignore[attr-defined]
     return top
 
 
@@ -141,8 +166,8 @@ def parse_source(spec: str, args: argparse.Namespace) -> Source:
     name, _, split = left.partition(":")
     if ":" in left and not split:
         raise LeakcheckError(errors.BAD_SPEC, f"empty split in dataset spec {spec!r}")
-    return Source(name, path, split=split or None, text_field=args.text_field,
-                  label_field=args.label_field, split_field=args.split_field,
+    return Source(name, path, split=split or None, text_field=getattr(args, "text_field", None),
+                  label_field=getattr(args, "label_field", None), split_field=args.split_field,
                   id_field=args.id_field)
 
 
@@ -199,6 +224,8 @@ def run(args: argparse.Namespace) -> int:
     """Run a parsed command; returns the exit code.  Raises LeakcheckError."""
     from leakcheck_spark.session import get_session
 
+    if args.command == "images":
+        return run_images(args)
     options = build_options(args)
     if args.command in ("audit", "resplit"):
         if not args.datasets:
@@ -220,14 +247,7 @@ def run(args: argparse.Namespace) -> int:
         result = audit(sources, options, spark=spark)
         if args.out_dir:
             result.write(args.out_dir)
-        report = result.to_dict()
-        if args.json:
-            _emit_json(args.json, report)
-        if args.json != "-":
-            from leakcheck_spark.report import render
-
-            print(render(report))
-        result.unpersist()
+        _print_report(args, result)
         return 1 if args.fail_on_overlap and result.cross_group_overlap else 0
     if args.command == "resplit":
         from leakcheck_spark.resplit import render, resplit
@@ -256,6 +276,41 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_images(args: argparse.Namespace) -> int:
+    """The images command (SPEC section 7)."""
+    from leakcheck_spark.images import ImageOptions, images
+    from leakcheck_spark.resplit import parse_priority
+    from leakcheck_spark.session import get_session
+
+    if not args.datasets:
+        raise LeakcheckError(errors.USAGE, "images needs at least one -d NAME[:SPLIT]=SOURCE")
+    sources = apply_overrides([parse_source(d, args) for d in args.datasets], args.overrides)
+    options = ImageOptions(threshold=args.threshold, path_field=args.path_field,
+                           bytes_field=args.bytes_field, format=args.format)
+    priority = parse_priority(args.priority)
+    spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
+                        remote=args.remote)
+    result = images(sources, options, spark=spark)
+    if args.out_dir:
+        result.write(args.out_dir)
+    if args.resplit_out:
+        result.write_resplit(args.resplit_out, priority)
+    _print_report(args, result)
+    return 0
+
+
+def _print_report(args: argparse.Namespace, result) -> None:  # noqa: ANN001 - a result
+    """The report of an audit-like result: JSON (--json) and the terminal summary."""
+    from leakcheck_spark.report import render
+
+    report = result.to_dict()
+    if args.json:
+        _emit_json(args.json, report)
+    if args.json != "-":
+        print(render(report))
+    result.unpersist()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script, ``python -m leakcheck_spark`` and ``jobs/*.py``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -270,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] in LATER:
             raise LeakcheckError(errors.USAGE, f"'{argv[0]}' ({LATER[argv[0]]}) is not "
                                  "available yet in this version", "use 'audit' or 'clean'")
-        _Parser.command = argv[0] if argv and argv[0] in ("audit", "clean", "resplit") else ""
+        _Parser.command = argv[0] if argv and argv[0] in COMMANDS else ""
         argv = expand_config(argv)
         args = build_parser().parse_args(argv)
         if args.command is None:

@@ -273,11 +273,10 @@ def _pair_steps(partners: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]
         lo = hi
 
 
-def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
-                 ) -> Iterator[pa.RecordBatch]:
-    """(key, other, similarity) of the verified pairs of whole buckets, sorted by (band, h)."""
-    import pyarrow as pa
-
+def bucket_partners(rb: pa.RecordBatch, full_bucket: int) -> tuple[np.ndarray, np.ndarray]:
+    """For rows sorted by bucket (`band`, `h`): the bucket sizes, and per row how many of the
+    rows after it in its bucket it is paired with (all of them in a full bucket, its window in a
+    larger one)."""
     n = rb.num_rows
     band = rb.column("band").to_numpy()
     h = rb.column("h").to_numpy()
@@ -286,8 +285,18 @@ def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
     starts = np.flatnonzero(new)
     sizes = np.diff(np.append(starts, n))
     local = np.arange(n) - np.repeat(starts, sizes)
-    partners = np.minimum(np.repeat(sizes, sizes) - 1 - local,
-                          np.repeat(window(sizes, full_bucket), sizes))
+    return sizes, np.minimum(np.repeat(sizes, sizes) - 1 - local,
+                             np.repeat(window(sizes, full_bucket), sizes))
+
+
+def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
+                 ) -> Iterator[pa.RecordBatch]:
+    """(key, other, similarity) of the verified pairs of whole buckets, sorted by (band, h)."""
+    import pyarrow as pa
+
+    n = rb.num_rows
+    band = rb.column("band").to_numpy()
+    sizes, partners = bucket_partners(rb, full_bucket)
     full = np.repeat(sizes <= full_bucket, sizes)
     nb = len(rb.column("bands")[0]) if n else 0
     sig = rb.column("bands").flatten().to_numpy().reshape(n, nb)

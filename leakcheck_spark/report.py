@@ -69,8 +69,9 @@ def render(report: dict, top: int = 10) -> str:
     lines: list[str] = []
     groups = report["groups"]
     lines.append("groups")
-    lines += _table(["group", "records", "empty"],
-                    [[g, f"{v['records']:,}", f"{v['empty']:,}"] for g, v in groups.items()])
+    cols = ["images", "unreadable"] if "leaked_groups" in report else ["records", "empty"]
+    lines += _table(["group", *cols],
+                    [[g, *[f"{v[c]:,}" for c in cols]] for g, v in groups.items()])
     for title, key in (("split x split (row: records of A that occur in B)", "split_matrix"),
                        ("dataset x dataset", "dataset_matrix")):
         m = report[key]
@@ -80,13 +81,24 @@ def render(report: dict, top: int = 10) -> str:
     ov = report["overlaps"]
     lines += ["", f"overlaps: {ov['count']:,} (record, other group) pairs"]
     if ov["sample"]:
+        extra = ["distance"] if "distance" in ov["sample"][0] else []
         rows = [[o["from"], str(o["id"]), o["to"], ", ".join(map(str, o["match_ids"])),
-                 o["match"], f"{o['similarity']:.3f}"] for o in ov["sample"][:top]]
-        lines += _table(["from", "id", "to", "match_ids", "match", "similarity"], rows)
+                 o["match"], f"{o['similarity']:.3f}", *[str(o[k]) for k in extra]]
+                for o in ov["sample"][:top]]
+        lines += _table(["from", "id", "to", "match_ids", "match", "similarity", *extra], rows)
         if ov["count"] > len(rows):
             lines.append(f"  ... {ov['count'] - len(rows):,} more (full list: OUT/overlaps/)")
-    lc = report["label_conflicts"]
-    lines += ["", f"label conflicts: {lc['count']:,} normalised text(s) carry different labels"]
+    if "label_conflicts" in report:
+        lc = report["label_conflicts"]
+        lines += ["", f"label conflicts: {lc['count']:,} normalised text(s) carry different "
+                      "labels"]
+    if "leaked_groups" in report:  # images
+        lines += ["", f"leaked groups: {report['leaked_groups']['count']:,} (duplicate groups "
+                      f"spanning splits), {report['n_leaked_images']:,} of "
+                      f"{report['total_images']:,} images in them"]
+        lines += [f"  {s}: {pct:.1f}% leaked" for s, pct in report["pct_leaked_by_split"].items()]
+        lines.append(f"unreadable images: {report['unreadable']['count']:,}")
+        lines += [f"  {u['id']}: {u['reason']}" for u in report["unreadable"]["sample"][:top]]
     return "\n".join(lines)
 
 

@@ -1,0 +1,558 @@
+"""Near-duplicate images across splits (SPEC section 7, ``images``).
+
+1. **Read**: image files (a directory, a glob, one file) through Spark's ``binaryFile`` source; a
+   ``.txt`` list of image paths (one per line, relative to the list's directory); or a table
+   (``.parquet``, ``.csv``, ``.jsonl``, ``.json``, ``table:NAME``) with a path column
+   (``--path-field``) or a bytes column (``--bytes-field``).  Listed paths are read by the
+   executors themselves (plain paths, or any URI fsspec can open).
+2. **Hash**: the 64-bit difference hash of the ``imagehash`` library (``imagehash.dhash``, over
+   Pillow), in Arrow batches of a few dozen images.  An image that cannot be read or decoded
+   (missing, truncated, not an image) gets a null hash and its reason; it is counted and listed,
+   never fatal.
+3. **Candidates and verification**: with threshold T, the 64 bits are cut into T + 1 bands; two
+   hashes within Hamming distance T agree on at least one band (pigeonhole), so equal band values
+   give every candidate pair.  Each bucket of distinct hashes is verified in numpy (XOR and
+   popcount); a bucket of more than :data:`FULL_BUCKET` hashes pairs each hash with its next
+   neighbours in hash order only (the window of ``near.window``), which bounds the work of a
+   degenerate bucket and can miss pairs only there.
+4. **Groups**: connected components of the verified pairs (equal hashes are one node); a group's
+   id is the smallest position of its images in read order (sources in the order given; in a
+   source, images by id).  The matrices and overlaps are computed by the same stages as the text
+   audit, with the hash as the key; ``similarity`` = 1 - distance / 64.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import numpy as np
+
+from leakcheck_spark import errors, match, outputs, report
+from leakcheck_spark.audit import Timer, _sample, group_stats, log, matrices, spark_action
+from leakcheck_spark.components import connected_components
+from leakcheck_spark.errors import LeakcheckError
+from leakcheck_spark.near import _pair_steps, _whole_buckets, bucket_partners
+from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source
+from leakcheck_spark.paths import is_local, local_path, spark_uri
+from leakcheck_spark.resplit import DEFAULT_PRIORITY, reassign
+from leakcheck_spark.sources import TABLE_PREFIX
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".jfif", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp",
+                    ".ppm", ".pgm", ".pbm", ".pnm", ".ico", ".tga")
+TABLE_EXTENSIONS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
+                    ".json": "json"}
+FULL_BUCKET = 20_000  # verification is a popcount: far larger buckets than text can be whole
+BATCH_IMAGES = 64  # images per Arrow batch when hashing (each row holds a whole file)
+HASH_BITS = 64
+RESPLIT_COLUMNS = ("path", "split", "original_split", "group_id", "reassigned")
+OVERLAP_COLUMNS = (*match.OVERLAP_COLUMNS, "distance")
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """How images are read and compared (SPEC section 7)."""
+
+    threshold: int = 5
+    path_field: str | None = None
+    bytes_field: str | None = None
+    format: str = "parquet"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, int) or not (
+                0 <= self.threshold < HASH_BITS):
+            raise LeakcheckError(errors.USAGE, f"--threshold must be an integer in 0..63 for "
+                                 f"images, got {self.threshold!r}")
+        if self.format not in FORMATS:
+            raise LeakcheckError(errors.USAGE, f"--format must be one of {', '.join(FORMATS)}")
+
+    def to_dict(self) -> dict:
+        return {"threshold": self.threshold, "path_field": self.path_field,
+                "bytes_field": self.bytes_field, "format": self.format}
+
+
+# ---------------------------------------------------------------------------------------------
+# Hashes
+
+
+def popcount(values: np.ndarray) -> np.ndarray:
+    """Set bits of each 64-bit value.
+
+    >>> popcount(np.array([0, 1, -1, 0xF0F0], dtype=np.int64)).tolist()
+    [0, 1, 64, 8]
+    """
+    return np.bitwise_count(np.asarray(values).view(np.uint64)).astype(np.int64)
+
+
+def _as_int(h: object) -> int:
+    if isinstance(h, str):
+        return int(h, 16)
+    if hasattr(h, "hash"):  # an imagehash.ImageHash
+        return int(str(h), 16)
+    return int(h) & (2**64 - 1)
+
+
+def hamming_distance(a: object, b: object) -> int | np.ndarray:
+    """Bits that differ between two 64-bit hashes: 16-hex-character strings (as written in our
+    outputs and by imagehash), integers (signed or not), ``imagehash.ImageHash`` objects, or
+    numpy int64 arrays (element-wise).
+
+    >>> hamming_distance("ffffffffffffffff", "fffffffffffffff0"), hamming_distance(5, 3)
+    (4, 2)
+    """
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return popcount(np.asarray(a, dtype=np.int64) ^ np.asarray(b, dtype=np.int64))
+    return bin(_as_int(a) ^ _as_int(b)).count("1")
+
+
+def hex_hash(values: np.ndarray) -> list[str | None]:
+    """int64 hashes (None for missing) as 16 lowercase hex characters, imagehash's ``str``."""
+    return [None if v is None else f"{int(v) & (2**64 - 1):016x}" for v in values]
+
+
+def dhash_bytes(content: bytes) -> int:
+    """The imagehash dHash of an encoded image, as a signed 64-bit integer.
+
+    Raises whatever Pillow raises for bytes it cannot decode."""
+    import imagehash
+    from PIL import Image
+
+    with Image.open(io.BytesIO(content)) as img:
+        unsigned = int(str(imagehash.dhash(img)), 16)
+    return unsigned - (1 << 64) if unsigned >= 1 << 63 else unsigned
+
+
+def _read_bytes(path: str) -> bytes:
+    """A listed image's bytes, read by an executor: local paths directly, other URIs via fsspec."""
+    if is_local(path):
+        with open(local_path(path), "rb") as fh:
+            return fh.read()
+    import fsspec
+
+    with fsspec.open(path, "rb") as fh:
+        return fh.read()
+
+
+def hash_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """(content, path) batches -> (hash, error): a null hash and the reason when an image cannot
+    be read or decoded."""
+    import pyarrow as pa
+
+    for rb in batches:
+        contents = rb.column("content").to_pylist()
+        paths = rb.column("path").to_pylist()
+        hashes: list[int | None] = []
+        errs: list[str | None] = []
+        for content, path in zip(contents, paths):
+            try:
+                if content is None:
+                    if path is None:
+                        raise ValueError("no path and no bytes")
+                    content = _read_bytes(path)
+                hashes.append(dhash_bytes(content))
+                errs.append(None)
+            except Exception as exc:  # noqa: BLE001 - any failure makes the image unreadable
+                hashes.append(None)
+                errs.append(_reason(exc))
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(hashes, pa.int64()), pa.array(errs, pa.string())], names=["hash", "error"])
+
+
+def _reason(exc: BaseException) -> str:
+    """Why an image could not be hashed, the same on every run (Pillow names the in-memory file
+    by its address: dropped)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = re.sub(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>", "", text)
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+def band_columns(threshold: int) -> list:
+    """The T + 1 band values of the `key` column (a hash), as Columns: bit ranges of the 64 bits
+    as equal as can be."""
+    import pyspark.sql.functions as F
+
+    n = threshold + 1
+    edges = [round(i * HASH_BITS / n) for i in range(n + 1)]
+    cols = []
+    for lo, hi in zip(edges, edges[1:]):
+        shifted = F.shiftrightunsigned(F.col("key"), lo)
+        if hi - lo < HASH_BITS:
+            shifted = shifted.bitwiseAND(F.lit((1 << (hi - lo)) - 1))
+        cols.append(shifted)
+    return cols
+
+
+def verify_buckets(threshold: int, full_bucket: int = FULL_BUCKET):  # noqa: ANN201
+    """A mapInArrow function: whole (band, h) buckets of distinct hashes, sorted by key ->
+    (key, other, distance) of the pairs within `threshold` (key < other)."""
+    import pyarrow as pa
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for rb in _whole_buckets(batches):
+            keys = rb.column("key").to_numpy()
+            for i, j in _pair_steps(bucket_partners(rb, full_bucket)[1]):
+                d = popcount(keys[i] ^ keys[j])
+                ok = d <= threshold
+                if ok.any():
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array(keys[i][ok]), pa.array(keys[j][ok]), pa.array(d[ok])],
+                        names=["key", "other", "distance"])
+
+    return run
+
+
+def near_pairs(keys: DataFrame, threshold: int, full_bucket: int = FULL_BUCKET) -> DataFrame:
+    """(key, other, distance): pairs of distinct hashes within `threshold`, each pair once
+    (key < other)."""
+    import pyspark.sql.functions as F
+
+    bands = keys.select("key", F.posexplode(F.array(*band_columns(threshold))).alias("band", "h"))
+    return (bands.repartition("band", "h").sortWithinPartitions("band", "h", "key")
+            .select("band", "h", "key")
+            .mapInArrow(verify_buckets(threshold, full_bucket),
+                        "key long, other long, distance long")
+            .distinct())  # a pair close enough to share several bands is found in each
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def _kind(path: str) -> str:
+    low = path.lower().rstrip("/")
+    if path.startswith(TABLE_PREFIX):
+        return "table"
+    if low.endswith(".txt"):
+        return "list"
+    if any(low.endswith(ext) for ext in TABLE_EXTENSIONS):
+        return "table"
+    return "files"
+
+
+def _is_image(col):  # noqa: ANN001, ANN202 - a Column
+    import pyspark.sql.functions as F
+
+    low = F.lower(col)
+    cond = F.lit(False)
+    for ext in IMAGE_EXTENSIONS:
+        cond = cond | low.endswith(ext)
+    return cond
+
+
+def _display(col):  # noqa: ANN001, ANN202 - a Column: file:/x and file:///x as /x
+    import pyspark.sql.functions as F
+
+    return F.regexp_replace(col, r"^file:(//)?(?=/)", "")
+
+
+def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions) -> DataFrame:
+    """One source's images: (_src, dataset, split, id, path, content); `content` is null where
+    the executors read the bytes from `path` themselves."""
+    import pyspark.sql.functions as F
+
+    kind = _kind(src.path)
+    split = F.lit(src.split or DEFAULT_SPLIT)
+    null_bin = F.lit(None).cast("binary")
+    try:
+        if kind == "files":
+            df = (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+                  .load(spark_uri(src.path)).where(_is_image(F.col("path"))))
+            df = df.select(_display("path").alias("id"), "path", "content", split.alias("split"))
+        elif kind == "list":
+            lines = spark.read.text(spark_uri(src.path)).select(F.trim("value").alias("p"))
+            base = src.path.rsplit("/", 1)[0] if "/" in src.path else "."
+            base = spark_uri(base)
+            absolute = F.col("p").startswith("/") | F.col("p").rlike(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+            path = F.when(absolute, F.col("p")).otherwise(F.concat(F.lit(base + "/"), F.col("p")))
+            df = lines.where(F.col("p") != "").select(
+                _display(path).alias("id"), path.alias("path"), null_bin.alias("content"),
+                split.alias("split"))
+        else:
+            df = _read_table(spark, src, opts, split)
+        if df.isEmpty():
+            raise LeakcheckError(errors.EMPTY_INPUT, f"no images in {src.label}",
+                                 "a directory contributes files with an image extension "
+                                 f"({', '.join(IMAGE_EXTENSIONS[:6])}, ...)")
+    except LeakcheckError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - translated or re-raised
+        err = errors.from_spark_exception(exc)
+        if err is None:
+            raise
+        raise err from None
+    return df.select(F.lit(index).alias("_src"), F.lit(src.name).alias("dataset"), "split",
+                     "id", "path", "content")
+
+
+def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> DataFrame:  # noqa: ANN001
+    import pyspark.sql.functions as F
+    from pyspark.sql import types as T
+
+    if src.path.startswith(TABLE_PREFIX):
+        df = spark.table(src.path[len(TABLE_PREFIX):])
+    else:
+        low = src.path.lower()
+        fmt = next(v for ext, v in TABLE_EXTENSIONS.items() if low.endswith(ext))
+        reader = spark.read
+        if fmt == "csv":
+            df = reader.options(header=True, multiLine=True).csv(spark_uri(src.path))
+        elif fmt == "json":
+            df = reader.option("multiLine", low.endswith(".json")).json(spark_uri(src.path))
+        else:
+            df = reader.parquet(spark_uri(src.path))
+    where = f"{src.path} (columns: {', '.join(df.columns[:12])})"
+    if not opts.path_field and not opts.bytes_field:
+        raise LeakcheckError(errors.MISSING_FIELD, f"{src.label} is a table: say which column "
+                             "holds the images", "pass --path-field F or --bytes-field F")
+    for flag, name in (("--path-field", opts.path_field), ("--bytes-field", opts.bytes_field),
+                       ("--id-field", src.id_field),
+                       ("--split-field", None if src.split else src.split_field)):
+        if name is not None and name not in df.columns:
+            raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}")
+    if opts.bytes_field:
+        col = F.col(f"`{opts.bytes_field}`")
+        is_bin = isinstance(df.schema[opts.bytes_field].dataType, T.BinaryType)
+        content = col if is_bin else F.unbase64(col.cast("string"))
+    else:
+        content = F.lit(None).cast("binary")
+    path = F.col(f"`{opts.path_field}`").cast("string") if opts.path_field else F.lit(None).cast(
+        "string")
+    if src.id_field:
+        ident = F.col(f"`{src.id_field}`").cast("string")
+    elif opts.path_field:
+        ident = path
+    else:
+        raise LeakcheckError(errors.MISSING_FIELD, f"{src.label}: images given as bytes need an "
+                             "id", "pass --id-field F (or --path-field F)")
+    if not src.split and src.split_field:
+        split = F.coalesce(F.col(f"`{src.split_field}`").cast("string"), F.lit(DEFAULT_SPLIT))
+    return df.select(ident.alias("id"), path.alias("path"), content.alias("content"),
+                     split.alias("split"))
+
+
+def positions(df: DataFrame, order: Sequence[str], name: str = "_order") -> DataFrame:
+    """`df` with `name`: each row's 0-based rank in `order` (ties in any order: rows equal in
+    every `order` column are interchangeable).  One sort and a count per partition; the same on
+    any partitioning."""
+    import pyspark.sql.functions as F
+
+    ranked = (df.orderBy(*order).withColumn("_pid", F.spark_partition_id())
+              .withColumn("_mid", F.monotonically_increasing_id())).localCheckpoint(eager=True)
+    counts = sorted(ranked.groupBy("_pid").agg(F.count(F.lit(1)).alias("n"),
+                                               F.min("_mid").alias("m")).collect())
+    shifts, base = [], 0
+    for r in counts:
+        shifts.append((r._pid, base - r.m))
+        base += r.n
+    table = df.sparkSession.createDataFrame(shifts, "_pid int, _shift long")
+    return (ranked.join(F.broadcast(table), "_pid")
+            .withColumn(name, F.col("_mid") + F.col("_shift")).drop("_pid", "_mid", "_shift"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit
+
+
+@dataclass
+class ImagesResult:
+    """What the image audit found; the lists are DataFrames, the rest plain values."""
+
+    sources: list[Source]
+    options: ImageOptions
+    summary: dict
+    overlaps: DataFrame
+    unreadable: DataFrame
+    leaked_groups: DataFrame
+    images: DataFrame  # one row per image: dataset, split, id, hash, error, group_id, _order
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"schema": report.SCHEMA, "command": "images",
+                "options": {**self.options.to_dict(),
+                            "sources": [s.to_dict() for s in self.sources]},
+                **self.summary, "timings": self.timings}
+
+    def assignment(self, priority: Sequence[str] = DEFAULT_PRIORITY) -> DataFrame:
+        """The leak-free split assignment: RESPLIT_COLUMNS plus `_order` (read order)."""
+        import pyspark.sql.functions as F
+
+        return reassign(self.images, priority).select(F.col("id").alias("path"), "split",
+                                                      "original_split", "group_id",
+                                                      "reassigned", "_order")
+
+    @spark_action
+    def write(self, out_dir: str) -> None:
+        """report.json, overlaps/, leaked_groups/, unreadable/ under `out_dir` (staged)."""
+        fmt = self.options.format
+        spark = self.overlaps.sparkSession
+        t = time.monotonic()
+        with outputs.staged(spark, out_dir) as tmp:
+            outputs.write_table(self.overlaps.orderBy("from", "to", "id"), f"{tmp}/overlaps", fmt)
+            outputs.write_table(self.leaked_groups.orderBy("group_id"), f"{tmp}/leaked_groups",
+                                fmt)
+            outputs.write_table(self.unreadable.orderBy("dataset", "id"), f"{tmp}/unreadable",
+                                fmt)
+            self.timings["write"] = round(time.monotonic() - t, 3)
+            outputs.write_json_file(spark, f"{tmp}/report.json", self.to_dict())
+        log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)
+
+    @spark_action
+    def write_resplit(self, out: str, priority: Sequence[str] = DEFAULT_PRIORITY) -> None:
+        outputs.write_rows(self.assignment(priority), out, self.options.format, ("_order",),
+                           RESPLIT_COLUMNS)
+        log.info("wrote %s", out)
+
+    def unpersist(self) -> None:
+        for df in (self.images, self.overlaps):
+            df.unpersist()
+
+
+@spark_action
+def images(sources: Sequence[Source], options: ImageOptions | None = None,
+           spark: SparkSession | None = None) -> ImagesResult:
+    """Find near-duplicate images within and across splits (SPEC section 7).
+
+    Raises:
+        LeakcheckError: on bad input (SPEC section 9); unreadable images are not errors.
+    """
+    import pyspark.sql.functions as F
+    from pyspark import StorageLevel
+
+    from leakcheck_spark.session import get_session
+
+    options = options or ImageOptions()
+    spark = spark or get_session()
+    sources = list(sources)
+    if not sources:
+        raise LeakcheckError(errors.USAGE, "no datasets given", "add -d NAME[:SPLIT]=SOURCE")
+    timer = Timer()
+    level = StorageLevel.MEMORY_AND_DISK
+    frames = [read_images(spark, s, i, options) for i, s in enumerate(sources)]
+    everything = frames[0]
+    for df in frames[1:]:
+        everything = everything.unionByName(df)
+    batch_key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    old = spark.conf.get(batch_key, None)
+    spark.conf.set(batch_key, str(BATCH_IMAGES))  # rows hold whole files: small batches
+    try:
+        hashes = everything.mapInArrow(_keep_columns(hash_batches), _HASHED_DDL)
+        imgs = positions(hashes, ("_src", "id", "hash", "error")).persist(level)
+        total = imgs.count()
+    finally:
+        if old is None:
+            spark.conf.unset(batch_key)
+        else:
+            spark.conf.set(batch_key, old)
+    timer.lap("hash", f"read and hashed {total:,} images from {len(sources)} sources")
+
+    records = imgs.select(
+        "dataset", "split", F.concat_ws("/", "dataset", "split").alias("group"), "id",
+        F.lit(None).cast("long").alias("id_num"), F.col("hash").alias("key"), "error", "_order")
+    distinct = records.where(F.col("key").isNotNull()).select("key").distinct()
+    pairs = near_pairs(distinct, options.threshold).persist(level)
+    n_pairs = pairs.count()
+    timer.lap("pairs", f"near pairs: {n_pairs:,} pairs of distinct hashes within distance "
+                       f"{options.threshold}, verified")
+
+    sim = 1.0 - F.col("distance") / HASH_BITS
+    near = pairs.select("key", "other", F.lit("near").alias("match"), sim.alias("similarity"))
+    near = near.unionByName(pairs.select(F.col("other").alias("key"), F.col("key").alias("other"),
+                                         F.lit("near").alias("match"), sim.alias("similarity")))
+    kg = match.key_groups(records)
+    reached = match.reach(kg, match.exact_edges(kg).unionByName(near)).persist(level)
+    groups, dataset_of = group_stats(records)
+    groups = {g: {"images": v["records"], "unreadable": v["empty"]} for g, v in groups.items()}
+    split_m, dataset_m = matrices({g: {"records": v["images"]} for g, v in groups.items()},
+                                  dataset_of, reached)
+    distance = F.round((1.0 - F.col("similarity")) * HASH_BITS).cast("long")
+    overlaps = match.overlaps(records, reached).withColumn("distance", distance).persist(level)
+    overlap_count = overlaps.count()
+    timer.lap("matrices", f"matrices and overlaps: {overlap_count:,} (image, other group) pairs")
+
+    comp = connected_components(pairs.select("key", "other"), src="key", dst="other")
+    members = (records.join(comp.select(F.col("node").alias("key"), "component"), "key", "left")
+               .withColumn("component", F.coalesce("component", "key")))
+    first = F.min("_order").over(_window("component"))
+    with_groups = members.withColumn(
+        "group_id", F.when(F.col("key").isNull(), F.col("_order")).otherwise(first))
+    final = with_groups.select("dataset", "split", "id", F.col("key").alias("hash"), "error",
+                               "group_id", "_order").persist(level)
+    final.count()
+    imgs.unpersist()
+    reached.unpersist()
+    pairs.unpersist()
+    summary, leaked, unreadable = _summaries(final)
+    timer.lap("groups", f"duplicate groups: {summary['leaked_groups']['count']:,} leaked, "
+                        f"{summary['n_leaked_images']:,} images in them")
+    int_groups: set[str] = set()
+    summary = {
+        "groups": groups, "split_matrix": split_m, "dataset_matrix": dataset_m,
+        "overlaps": {"count": overlap_count,
+                     "sample": [report.native_overlap(r, int_groups)
+                                for r in _sample(overlaps, ("from", "to", "id"))]},
+        **summary,
+    }
+    return ImagesResult(sources, options, summary, overlaps.select(*OVERLAP_COLUMNS), unreadable,
+                        leaked, final, timer.timings)
+
+
+_HASHED_DDL = "_src int, dataset string, split string, id string, hash long, error string"
+
+
+def _keep_columns(fn):  # noqa: ANN001, ANN202
+    """Run a (content, path) -> (hash, error) batch function, keeping the other columns."""
+    import pyarrow as pa
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for rb in batches:
+            (out,) = list(fn(iter([rb])))
+            yield pa.RecordBatch.from_arrays(
+                [rb.column("_src"), rb.column("dataset"), rb.column("split"), rb.column("id"),
+                 out.column("hash"), out.column("error")],
+                names=["_src", "dataset", "split", "id", "hash", "error"])
+
+    return run
+
+
+def _window(col: str):  # noqa: ANN202
+    from pyspark.sql import Window
+
+    return Window.partitionBy(col)
+
+
+def _summaries(final: DataFrame) -> tuple[dict, DataFrame, DataFrame]:
+    """leakaudit's figures (small, collected), and the leaked groups and unreadable images as
+    DataFrames (written in full)."""
+    import pyspark.sql.functions as F
+
+    by_group = final.groupBy("group_id").agg(
+        F.array_sort(F.collect_set("split")).alias("splits"),
+        F.count(F.lit(1)).alias("members"))
+    leaked = by_group.where(F.size("splits") > 1)
+    in_leaked = final.join(leaked.select("group_id"), "group_id", "left_semi")
+    per_split = {r.split: r["count"] for r in final.groupBy("split").count().collect()}
+    leaked_per_split = {r.split: r["count"] for r in in_leaked.groupBy("split").count().collect()}
+    unreadable = final.where(F.col("hash").isNull()).select(
+        "dataset", "split", "id", F.col("error").alias("reason"))
+    n_unreadable = unreadable.count()
+    leaked_count = leaked.count()
+    summary = {
+        "total_images": sum(per_split.values()),
+        "n_leaked_images": sum(leaked_per_split.values()),
+        "pct_leaked_by_split": {s: 100.0 * leaked_per_split.get(s, 0) / n
+                                for s, n in sorted(per_split.items())},
+        "leaked_groups": {"count": leaked_count,
+                          "sample": [report.jsonable(r) for r in leaked.orderBy("group_id")
+                                     .limit(report.SAMPLE_ROWS).collect()]},
+        "unreadable": {"count": n_unreadable,
+                       "sample": [report.jsonable(r) for r in unreadable.orderBy("dataset", "id")
+                                  .limit(report.SAMPLE_ROWS).collect()]},
+    }
+    return summary, leaked, unreadable

@@ -1,0 +1,257 @@
+"""images: dHash (imagehash), pigeonhole bands verified by popcount, groups, unreadable files."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from conftest import spark_conf, write_jsonl
+
+pytest.importorskip("imagehash")
+
+from leakcheck_spark.images import (  # noqa: E402
+    ImageOptions,
+    hamming_distance,
+    images,
+    near_pairs,
+    popcount,
+)
+from leakcheck_spark.options import Source  # noqa: E402
+
+
+def picture(seed: int, size=(240, 180)):
+    """A picture of its own: a background and a dozen coloured shapes placed by `seed`."""
+    from PIL import Image, ImageDraw
+
+    r = random.Random(seed)
+    im = Image.new("RGB", size, tuple(r.randrange(256) for _ in range(3)))
+    draw = ImageDraw.Draw(im)
+    for _ in range(12):
+        x, y = r.randrange(size[0]), r.randrange(size[1])
+        box = [x, y, x + r.randrange(20, 120), y + r.randrange(20, 120)]
+        fill = tuple(r.randrange(256) for _ in range(3))
+        (draw.ellipse if r.random() < 0.5 else draw.rectangle)(box, fill=fill)
+    return im
+
+
+def crop2(im):
+    w, h = im.size
+    dx, dy = round(w * 0.01), round(h * 0.01)  # 2% of each side in all
+    return im.crop((dx, dy, w - dx, h - dy))
+
+
+COPIES = {  # name -> how a copy is made from its original
+    "jpeg70": lambda im, p: im.save(p.with_suffix(".jpg"), quality=70),
+    "half": lambda im, p: im.resize((im.width // 2, im.height // 2)).save(p),
+    "double": lambda im, p: im.resize((im.width * 2, im.height * 2)).save(p),
+    "crop": lambda im, p: crop2(im).save(p),
+}
+
+
+@pytest.fixture(scope="module")
+def pictures(tmp_path_factory):
+    """train/: 8 originals (PNG); test/: a copy of each of 4 originals per way of copying,
+    4 pictures of their own, a truncated PNG and a text file named .png; val/: one more copy."""
+    root = tmp_path_factory.mktemp("pictures")
+    for split in ("train", "test", "val"):
+        (root / split).mkdir()
+    for i in range(8):
+        picture(i).save(root / "train" / f"orig{i}.png")
+    for k, (name, make) in enumerate(COPIES.items()):
+        make(picture(k), root / "test" / f"{name}{k}.png")
+    for i in range(4):
+        picture(100 + i).save(root / "test" / f"own{i}.png")
+    (root / "test" / "truncated.png").write_bytes((root / "train" / "orig7.png").read_bytes()[:400])
+    (root / "test" / "text.png").write_text("not an image")
+    (root / "test" / "README.md").write_text("not read: no image extension")
+    COPIES["half"](picture(5), root / "val" / "half5.png")
+    return root
+
+
+def oracle(paths: list, threshold: int = 5) -> tuple[dict, dict]:
+    """path -> imagehash hex (None when unreadable), and path -> group (smallest index in
+    `paths`), by brute force and union-find."""
+    import imagehash
+    from PIL import Image
+
+    hashes = {}
+    for p in paths:
+        try:
+            with Image.open(p) as im:
+                hashes[p] = str(imagehash.dhash(im))
+        except Exception:  # noqa: BLE001 - unreadable
+            hashes[p] = None
+    parent = list(range(len(paths)))
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for i, a in enumerate(paths):
+        for j in range(i):
+            b = paths[j]
+            if hashes[a] and hashes[b] and hamming_distance(hashes[a], hashes[b]) <= threshold:
+                parent[max(root(i), root(j))] = min(root(i), root(j))
+    return hashes, {p: root(i) for i, p in enumerate(paths)}
+
+
+def _sources(root):
+    return [Source("pics", str(root / s), split=s) for s in ("train", "test", "val")]
+
+
+def _expected_paths(root) -> list:
+    """Read order: sources in order, images by path within each."""
+    return [p for s in ("train", "test", "val") for p in sorted((root / s).iterdir())
+            if p.suffix in (".png", ".jpg")]
+
+
+def test_copies_are_found_and_hashes_groups_match_imagehash(spark, pictures):
+    res = images(_sources(pictures), spark=spark)
+    paths = _expected_paths(pictures)
+    hashes, groups = oracle(paths)
+    rows = sorted(res.images.collect(), key=lambda r: r._order)
+    assert [r.id for r in rows] == [str(p) for p in paths]
+    got_hex = [None if r.hash is None else f"{r.hash & (2**64 - 1):016x}" for r in rows]
+    assert got_hex == [hashes[p] for p in paths]
+    assert [r.group_id for r in rows] == [groups[p] for p in paths]
+    # Every planted copy is in its original's group; the pictures of their own are alone.
+    by_name = {p.name: r for p, r in zip(paths, rows)}
+    for k, copy in enumerate(["jpeg700.jpg", "half1.png", "double2.png", "crop3.png"]):
+        assert by_name[copy].group_id == by_name[f"orig{k}.png"].group_id, copy
+    for i in range(4):
+        assert by_name[f"own{i}.png"].group_id == by_name[f"own{i}.png"]._order
+    report = res.to_dict()
+    assert report["total_images"] == len(paths)
+    assert report["unreadable"]["count"] == 2
+    assert {u["id"].rsplit("/", 1)[1] for u in report["unreadable"]["sample"]} == {
+        "truncated.png", "text.png"}
+    assert all(u["reason"] for u in report["unreadable"]["sample"])
+    # orig0-3 (train) with their test copies, orig5 with its val copy.
+    assert report["leaked_groups"]["count"] == 5
+    assert report["n_leaked_images"] == 10
+    assert report["pct_leaked_by_split"] == {"test": 100.0 * 4 / 10, "train": 100.0 * 5 / 8,
+                                             "val": 100.0}
+    cell = report["split_matrix"]["pics/test"]["pics/train"]
+    assert cell["count"] == 4
+    overlaps = {(o["id"].rsplit("/", 1)[1], o["to"]): o for o in report["overlaps"]["sample"]}
+    jpeg = overlaps[("jpeg700.jpg", "pics/train")]
+    assert jpeg["distance"] == hamming_distance(hashes[pictures / "test" / "jpeg700.jpg"],
+                                                hashes[pictures / "train" / "orig0.png"])
+    assert jpeg["similarity"] == pytest.approx(1 - jpeg["distance"] / 64)
+    res.unpersist()
+
+
+def test_resplit_out_and_out_dir(cli, pictures, tmp_path):
+    rc, out, err = cli("images", "-d", f"pics:train={pictures / 'train'}",
+                       "-d", f"pics:test={pictures / 'test'}", "--out-dir", tmp_path / "rep",
+                       "--format", "json", "--resplit-out", tmp_path / "resplit.jsonl",
+                       "--priority", "test,train", "--quiet")
+    assert rc == 0, err
+    assert "leaked groups: 4" in out and "unreadable images: 2" in out
+    rows = [json.loads(line) for line in (tmp_path / "resplit.jsonl").read_text().splitlines()]
+    moved = {r["path"].rsplit("/", 1)[1]: r for r in rows if r["reassigned"]}
+    assert set(moved) == {"orig0.png", "orig1.png", "orig2.png", "orig3.png"}
+    assert {r["split"] for r in moved.values()} == {"test"}
+    assert list(rows[0]) == ["path", "split", "original_split", "group_id", "reassigned"]
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["command"] == "images" and report["options"]["threshold"] == 5
+    unreadable = [json.loads(line) for f in (tmp_path / "rep" / "unreadable").glob("part-*")
+                  for line in f.read_text().splitlines()]
+    assert len(unreadable) == 2
+    leaked = [json.loads(line) for f in (tmp_path / "rep" / "leaked_groups").glob("part-*")
+              for line in f.read_text().splitlines()]
+    assert sorted(g["members"] for g in leaked) == [2, 2, 2, 2]
+
+
+def test_the_same_report_and_groups_on_any_partitioning(spark, pictures):
+    results = []
+    for shuffle in (1, 8):
+        with spark_conf(spark, **{"spark.sql.shuffle.partitions": shuffle}):
+            res = images(_sources(pictures), spark=spark)
+            report = res.to_dict()
+            report.pop("timings")
+            results.append((report, sorted((r.id, r.group_id) for r in res.images.collect())))
+            res.unpersist()
+    assert results[0] == results[1]
+
+
+def test_tables_with_paths_or_bytes_and_path_lists(spark, pictures, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    train = sorted((pictures / "train").glob("*.png"))
+    pq.write_table(pa.table({"name": [p.name for p in train],
+                             "img": [p.read_bytes() for p in train]}), tmp_path / "train.parquet")
+    test = sorted((pictures / "test").glob("*.png"))[:6]
+    write_jsonl(tmp_path / "test.jsonl", [{"file": str(p), "s": "test"} for p in test]
+                + [{"file": str(tmp_path / "missing.png"), "s": "test"}])
+    (tmp_path / "list").mkdir()
+    (tmp_path / "list" / "val.txt").write_text(
+        f"{pictures / 'val' / 'half5.png'}\n\n../missing-too.png\n")
+    sources = [Source("a", str(tmp_path / "train.parquet"), split="train", id_field="name"),
+               Source("b", str(tmp_path / "test.jsonl"), split_field="s"),
+               Source("c", str(tmp_path / "list" / "val.txt"), split="val")]
+    by_bytes = images(sources[:1], ImageOptions(bytes_field="img"), spark=spark)
+    assert sorted(r.id for r in by_bytes.images.collect()) == [p.name for p in train]
+    by_bytes.unpersist()
+    res = images(sources[1:], ImageOptions(path_field="file"), spark=spark)
+    report = res.to_dict()
+    assert report["total_images"] == 9 and report["unreadable"]["count"] == 2
+    reasons = {u["id"].rsplit("/", 1)[1]: u["reason"] for u in report["unreadable"]["sample"]}
+    assert reasons["missing.png"].startswith("FileNotFoundError")
+    assert reasons["missing-too.png"].startswith("FileNotFoundError")
+    assert set(report["groups"]) == {"b/test", "c/val"}
+    res.unpersist()
+
+
+def test_pigeonhole_bands_find_every_pair_within_the_threshold(spark):
+    rnd = np.random.default_rng(7)
+    base = rnd.integers(0, 2**64, size=300, dtype=np.uint64)
+    planted = []
+    for b in base[:150]:  # neighbours at distances 1..8
+        mask = np.uint64(0)
+        for bit in rnd.choice(64, size=int(rnd.integers(1, 9)), replace=False):
+            mask |= np.uint64(1) << np.uint64(bit)
+        planted.append(b ^ mask)
+    keys = np.unique(np.concatenate([base, np.array(planted, dtype=np.uint64)])).view(np.int64)
+    for t in (0, 3, 5, 8):
+        df = spark.createDataFrame([(int(k),) for k in keys], "key long")
+        got = {(r.key, r.other, r.distance) for r in near_pairs(df, t).collect()}
+        d = popcount(keys[:, None] ^ keys[None, :])
+        i, j = np.nonzero((d <= t) & (keys[:, None] < keys[None, :]))
+        want = {(int(keys[a]), int(keys[b]), int(d[a, b])) for a, b in zip(i, j)}
+        assert got == want and (t == 0 or want)
+
+
+def test_hamming_distance_forms():
+    assert hamming_distance("0000000000000000", "ffffffffffffffff") == 64
+    assert hamming_distance(-1, 0) == 64
+    assert list(hamming_distance(np.array([1, 3]), np.array([0, 0]))) == [1, 2]
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (["--threshold", "64"], "LC_E_USAGE"),
+    (["--threshold", "-1"], "LC_E_USAGE"),
+    (["--priority", "a,a"], "LC_E_USAGE"),
+])
+def test_bad_flags(cli, pictures, args, code):
+    rc, _, err = cli("images", "-d", f"p={pictures / 'train'}", *args)
+    assert rc == 2 and err.startswith(f"leakcheck-spark: error [{code}]")
+
+
+def test_bad_sources_are_one_line(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [{"file": "x.png"}])
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "a.txt.bak").write_text("x")
+    for args, code in (
+        (["-d", f"t={tmp_path / 't.jsonl'}"], "LC_E_MISSING_FIELD"),  # a table needs a column
+        (["-d", f"t={tmp_path / 't.jsonl'}", "--path-field", "nope"], "LC_E_MISSING_FIELD"),
+        (["-d", f"e={tmp_path / 'empty'}"], "LC_E_EMPTY_INPUT"),
+        (["-d", f"n={tmp_path / 'nope'}"], "LC_E_IO"),
+    ):
+        rc, _, err = cli("images", *args, "--quiet")
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert err.startswith(f"leakcheck-spark: error [{code}]"), err
