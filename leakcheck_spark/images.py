@@ -145,6 +145,12 @@ def hash_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     be read or decoded."""
     import pyarrow as pa
 
+    try:  # outside the per-image guard: a missing library is no unreadable image
+        import imagehash  # noqa: F401
+        from PIL import Image  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeError(f"the executors' Python lacks {exc.name}: install leakcheck-spark"
+                           "[images] there too") from None
     for rb in batches:
         contents = rb.column("content").to_pylist()
         paths = rb.column("path").to_pylist()
@@ -428,6 +434,13 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     from leakcheck_spark.session import get_session
 
     options = options or ImageOptions()
+    try:
+        import imagehash  # noqa: F401
+        from PIL import Image  # noqa: F401
+    except ImportError as exc:
+        raise LeakcheckError(errors.USAGE, f"images needs the optional {exc.name!r} package, "
+                             "which is not installed",
+                             "pip install 'leakcheck-spark[images]'") from None
     spark = spark or get_session()
     sources = list(sources)
     if not sources:

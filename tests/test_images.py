@@ -255,3 +255,13 @@ def test_bad_sources_are_one_line(cli, tmp_path):
         rc, _, err = cli("images", *args, "--quiet")
         assert rc == 2 and len(err.strip().splitlines()) == 1, err
         assert err.startswith(f"leakcheck-spark: error [{code}]"), err
+
+
+def test_without_imagehash_the_error_names_the_extra(cli, monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "imagehash", None)
+    rc, _, err = cli("images", "-d", f"p={tmp_path}", "--quiet")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_USAGE]: images needs the "
+                                      "optional 'imagehash' package")
+    assert "leakcheck-spark[images]" in err
