@@ -3,9 +3,10 @@
 Builds the image set itself (once, into CORPUS): the PNG and JPEG files shipped by the machine's
 Debian packages (icon themes, pixmaps, desktop backgrounds: ``/usr/share`` by default), at least
 32x32 pixels and distinct by content, are the originals in ``train/``; each gets planted copies,
-made the ways images get copied between datasets (JPEG at quality 70 and 50, resized to 50%, 75%,
-150% and 200%, a 2% crop, a crop re-encoded as JPEG, a PNG re-encode), spread over ``val/`` and
-``test/`` until the set holds ``--images`` files (default 50,000).
+made the ways images get copied between datasets (JPEG at qualities 95 to 45, resized to 50% to
+200%, a 2% crop, the crop as a JPEG, a PNG re-encode: :data:`VARIANTS`, each at most once per
+original), spread over ``val/`` and ``test/`` until the set holds ``--images`` files (default
+50,000).
 
 Then, in one run on the same files:
 
@@ -36,19 +37,22 @@ from pathlib import Path
 import numpy as np
 from _common import run
 
-VARIANTS = ("jpeg70", "jpeg50", "half", "three_quarters", "one_and_half", "double", "crop",
-            "crop_jpeg", "png")
+# How copies are made: JPEG re-encodes at a quality, resizes by a factor, a 2% crop (1% off each
+# side), the crop as a JPEG, a PNG re-encode.
+VARIANTS = (*[f"jpeg{q}" for q in (95, 85, 75, 65, 55, 45)],
+            *[f"resize{f}" for f in (50, 60, 70, 80, 90, 110, 125, 150, 175, 200)],
+            "crop", "crop_jpeg", "png")
 
 
 def make_variant(im, name: str, path: Path) -> Path:
     """Write `im` copied the way `name` says; returns the file written."""
     w, h = im.size
     rgb = im.convert("RGB")
-    if name in ("jpeg70", "jpeg50"):
+    if name.startswith("jpeg"):
         out = path.with_suffix(".jpg")
         rgb.save(out, quality=int(name[4:]))
-    elif name in ("half", "three_quarters", "one_and_half", "double"):
-        f = {"half": 0.5, "three_quarters": 0.75, "one_and_half": 1.5, "double": 2.0}[name]
+    elif name.startswith("resize"):
+        f = int(name[6:]) / 100
         out = path.with_suffix(".png")
         im.resize((max(1, round(w * f)), max(1, round(h * f)))).save(out)
     elif name in ("crop", "crop_jpeg"):
@@ -89,7 +93,7 @@ def build(corpus: Path, source: Path, total: int) -> list[tuple[str, str]]:
             continue
     for d in ("train", "val", "test"):
         (corpus / d).mkdir(parents=True, exist_ok=True)
-    per = max(1, -(-(total - len(originals)) // len(originals)))
+    per = min(len(VARIANTS), max(1, -(-(total - len(originals)) // len(originals))))
     planted, written = [], len(originals)
     for i, p in enumerate(originals):
         with Image.open(p) as im:
@@ -125,20 +129,22 @@ def peer(files: list[Path]) -> tuple[float, dict[str, str | None]]:
     return time.monotonic() - start, hashes
 
 
-def brute_pairs(hashes: dict[str, str | None], threshold: int) -> set[tuple[str, str]]:
-    """Every pair of files within `threshold`, by comparing all pairs (numpy, in blocks)."""
+def brute_check(hashes: dict[str, str | None], group: dict[str, str], threshold: int
+                ) -> tuple[int, int]:
+    """All pairs of files within `threshold` by comparing every pair (numpy, in blocks):
+    (how many there are, how many of them are not in one of our groups)."""
     paths = sorted(p for p, h in hashes.items() if h)
     vals = np.array([int(hashes[p], 16) for p in paths], dtype=np.uint64)
-    pairs = set()
-    step = 2048
+    gid = np.array([int(group[p]) for p in paths], dtype=np.int64)
+    total = missed = 0
+    step = 1024
     for lo in range(0, len(vals), step):
-        block = vals[lo:lo + step]
-        d = np.bitwise_count(block[:, None] ^ vals[None, :])
-        i, j = np.nonzero(d <= threshold)
-        for a, b in zip(i + lo, j):
-            if a < b:
-                pairs.add((paths[a], paths[b]))
-    return pairs
+        hi = min(lo + step, len(vals))
+        close = np.bitwise_count(vals[lo:hi, None] ^ vals[None, :]) <= threshold
+        close &= np.arange(lo, hi)[:, None] < np.arange(len(vals))[None, :]  # each pair once
+        total += int(close.sum())
+        missed += int((close & (gid[lo:hi, None] != gid[None, :])).sum())
+    return total, missed
 
 
 def main() -> None:
@@ -187,10 +193,15 @@ def main() -> None:
         hit[0] += group.get(o) == group.get(c)
         hit[1] += 1
     print("  by copy:", ", ".join(f"{v} {a / b:.3f}" for v, (a, b) in sorted(by_variant.items())))
-    truth = brute_pairs(hashes, args.threshold)
-    missed = sum(group[a] != group[b] for a, b in truth)
-    print(f"exactness: {len(truth):,} pairs within distance {args.threshold} by brute force over "
+    total, missed = brute_check(hashes, group, args.threshold)
+    print(f"exactness: {total:,} pairs within distance {args.threshold} by brute force over "
           f"imagehash's hashes; {missed:,} of them not in one of our groups")
+    sizes: dict[str, int] = {}
+    for g in group.values():
+        sizes[g] = sizes.get(g, 0) + 1
+    distinct = len({h for h in hashes.values() if h})
+    print(f"groups: {len(sizes):,}, the largest {max(sizes.values()):,} images; "
+          f"{distinct:,} distinct hashes")
     print(f"unreadable: ours {report['unreadable']['count']:,}, the peer's "
           f"{sum(h is None for h in hashes.values()):,}")
     if not os.environ.get("KEEP"):

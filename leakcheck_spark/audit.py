@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from leakcheck_spark import match, outputs, report
 from leakcheck_spark.errors import LeakcheckError, from_spark_exception
+from leakcheck_spark.fingerprint import fingerprints
 from leakcheck_spark.near import near_edges, near_progress
 from leakcheck_spark.normalize import with_keys
 from leakcheck_spark.options import Options, Source
@@ -70,6 +71,7 @@ class AuditResult:
     overlap_sample: list[dict]
     conflict_count: int
     conflict_sample: list[dict]
+    fingerprints: dict[str, dict]
     timings: dict[str, float] = field(default_factory=dict)
     _cached: list = field(default_factory=list, repr=False)
 
@@ -89,6 +91,7 @@ class AuditResult:
             "dataset_matrix": self.dataset_matrix,
             "overlaps": {"count": self.overlap_count, "sample": self.overlap_sample},
             "label_conflicts": {"count": self.conflict_count, "sample": self.conflict_sample},
+            "fingerprints": self.fingerprints,
             "timings": self.timings,
         }
 
@@ -114,13 +117,18 @@ class AuditResult:
         log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)
 
 
-def keyed(df: DataFrame, options: Options) -> DataFrame:
+def keyed(df: DataFrame, options: Options, fingerprint: bool = True) -> DataFrame:
     """Parsed rows with their `key`.  Past keying, exact matching only shows a conflict's sample
     text (200 characters): caching just that much keeps the cached input small.  ``--near`` signs
     the full texts, so they stay."""
     import pyspark.sql.functions as F
 
+    from leakcheck_spark.fingerprint import digest_column
+
+    # The fingerprint digest of the whole text (not truncated by --max-chars: it names the data).
     df = with_keys(df, options.normalizer, options.lang, options.max_chars)
+    if fingerprint:
+        df = df.withColumn("fp", digest_column())
     if options.near:
         return df
     return df.withColumn("text", F.substring("text", 1, match.SAMPLE_TEXT_CHARS))
@@ -182,13 +190,15 @@ def audit(sources: Sequence[Source], options: Options | None = None,
                            for r in _sample(conflicts.withColumn(
                                "members", F.slice("members", 1, report.SAMPLE_MEMBERS)), ("key",))]
         timer.lap("label_conflicts", f"label conflicts: {conflict_count:,}")
+        prints = fingerprints(records)
+        timer.lap("fingerprints", f"fingerprints: {len(prints)} groups")
     except BaseException:
         for df in [*cached, *([reached] if reached is not None else [])]:
             df.unpersist()
         raise
     return AuditResult(
         sources, options, groups, split_m, dataset_m, overlaps, conflicts,
-        overlap_count, overlap_sample, conflict_count, conflict_sample, timer.timings,
+        overlap_count, overlap_sample, conflict_count, conflict_sample, prints, timer.timings,
         _cached=[reached, *cached],
     )
 

@@ -20,11 +20,10 @@ from leakcheck_spark.options import FORMATS, Options, Source
 
 PROG = "leakcheck-spark"
 LATER = {
-    "fingerprint": "dataset fingerprints",
     "check": "eval contamination checks",
 }
 OVERRIDE_KEYS = ("text", "label", "split", "id", "config", "hf_split")
-COMMANDS = ("audit", "clean", "resplit", "images")
+COMMANDS = ("audit", "clean", "resplit", "images", "fingerprint")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,10 +134,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="split precedence for --resplit-out, highest first")
     general(i)
 
+    f = sub.add_parser("fingerprint", allow_abbrev=False,
+                       help="noleak-fp-v1 fingerprints of each group (or dataset)")
+    f.add_argument("-d", dest="datasets", action="append", default=[], metavar="NAME[:SPLIT]=SRC",
+                   help="a dataset source (repeatable)")
+    f.add_argument("--by", choices=("group", "dataset"), default="group",
+                   help="one fingerprint per group NAME/SPLIT (default) or per dataset")
+    fields(f)
+    general(f)
+
     for name, what in LATER.items():
         sub.add_parser(name, allow_abbrev=False, help=f"{what} (not available yet)")
     top.set_defaults(command=None)
-    top.commands = {"audit": a, "clean": c, "resplit": r, "images": i}  # type: ignore[attr-defined]
+    top.commands = {  # type: ignore[attr-defined]
+        "audit": a, "clean": c, "resplit": r, "images": i, "fingerprint": f}
     return top
 
 
@@ -226,6 +235,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.command == "images":
         return run_images(args)
+    if args.command == "fingerprint":
+        return run_fingerprint(args)
     options = build_options(args)
     if args.command in ("audit", "resplit"):
         if not args.datasets:
@@ -273,6 +284,25 @@ def run(args: argparse.Namespace) -> int:
                                **result.counts})
     line = f"{sources[0].label}: {result.summary()} -> {args.out}"
     print(line, file=sys.stderr if args.json == "-" else sys.stdout)
+    return 0
+
+
+def run_fingerprint(args: argparse.Namespace) -> int:
+    """The fingerprint command (SPEC section 8)."""
+    from leakcheck_spark.fingerprint import fingerprint_sources, render
+    from leakcheck_spark.session import get_session
+
+    if not args.datasets:
+        raise LeakcheckError(errors.USAGE, "fingerprint needs at least one -d NAME[:SPLIT]=SOURCE")
+    sources = apply_overrides([parse_source(d, args) for d in args.datasets], args.overrides)
+    spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
+                        remote=args.remote)
+    prints = fingerprint_sources(sources, args.by, spark=spark)
+    if args.json:
+        _emit_json(args.json, {"schema": "leakcheck-spark/fingerprint/v1", "by": args.by,
+                               "fingerprints": prints})
+    if args.json != "-":
+        print(render(prints, args.by))
     return 0
 
 

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import time
@@ -51,6 +52,7 @@ TABLE_EXTENSIONS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "json", ".nd
                     ".json": "json"}
 FULL_BUCKET = 20_000  # verification is a popcount: far larger buckets than text can be whole
 BATCH_IMAGES = 64  # images per Arrow batch when hashing (each row holds a whole file)
+FILE_OPEN_COST = 64 * 1024  # what opening a file costs, in bytes, when files are packed in tasks
 HASH_BITS = 64
 RESPLIT_COLUMNS = ("path", "split", "original_split", "group_id", "reassigned")
 OVERLAP_COLUMNS = (*match.OVERLAP_COLUMNS, "distance")
@@ -282,10 +284,6 @@ def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions
                 split.alias("split"))
         else:
             df = _read_table(spark, src, opts, split)
-        if df.isEmpty():
-            raise LeakcheckError(errors.EMPTY_INPUT, f"no images in {src.label}",
-                                 "a directory contributes files with an image extension "
-                                 f"({', '.join(IMAGE_EXTENSIONS[:6])}, ...)")
     except LeakcheckError:
         raise
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
@@ -451,18 +449,22 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     everything = frames[0]
     for df in frames[1:]:
         everything = everything.unionByName(df)
-    batch_key = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    old = spark.conf.get(batch_key, None)
-    spark.conf.set(batch_key, str(BATCH_IMAGES))  # rows hold whole files: small batches
-    try:
-        hashes = everything.mapInArrow(_keep_columns(hash_batches), _HASHED_DDL)
-        imgs = positions(hashes, ("_src", "id", "hash", "error")).persist(level)
-        total = imgs.count()
-    finally:
-        if old is None:
-            spark.conf.unset(batch_key)
-        else:
-            spark.conf.set(batch_key, old)
+    # Rows hold whole files: small Arrow batches; and many small files per task (Spark counts
+    # each file as 4 MB by default, which makes a task of every 32 icons).
+    with _session_conf(spark, {"spark.sql.execution.arrow.maxRecordsPerBatch": BATCH_IMAGES,
+                               "spark.sql.files.openCostInBytes": FILE_OPEN_COST}):
+        hashes = everything.mapInArrow(_keep_columns(hash_batches), _HASHED_DDL).persist(level)
+        hashes.count()  # hash once (the sort below would run the hashing again to sample)
+    imgs = positions(hashes, ("_src", "id", "hash", "error")).persist(level)
+    per_source = {r._src: r["count"] for r in imgs.groupBy("_src").count().collect()}
+    hashes.unpersist()
+    total = sum(per_source.values())
+    for i, src in enumerate(sources):
+        if not per_source.get(i):
+            imgs.unpersist()
+            raise LeakcheckError(errors.EMPTY_INPUT, f"no images in {src.label}",
+                                 "a directory contributes files with an image extension "
+                                 f"({', '.join(IMAGE_EXTENSIONS[:6])}, ...)")
     timer.lap("hash", f"read and hashed {total:,} images from {len(sources)} sources")
 
     records = imgs.select(
@@ -532,6 +534,22 @@ def _keep_columns(fn):  # noqa: ANN001, ANN202
                 names=["_src", "dataset", "split", "id", "hash", "error"])
 
     return run
+
+
+@contextlib.contextmanager
+def _session_conf(spark: SparkSession, settings: dict) -> Iterator[None]:
+    """Spark SQL settings for the queries run inside the block, restored afterwards."""
+    old = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, str(v))
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
 
 
 def _window(col: str):  # noqa: ANN202

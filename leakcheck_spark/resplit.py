@@ -122,7 +122,8 @@ def resplit(sources: Sequence[Source], options: Options | None = None,
     sources, priority = list(sources), tuple(priority)
     timer = Timer()
     records, frames, blocks = read_records(spark, sources, options,
-                                           prepare=functools.partial(keyed, options=options))
+                                           prepare=functools.partial(keyed, options=options,
+                                                                     fingerprint=False))
     cached = [part for frame in frames for _, part in frame.parts]
     try:
         # Global ordinals: each dataset's rows after those of the datasets given before it.

@@ -651,7 +651,7 @@ def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,
             F.lit(src.name).alias("dataset"), split.alias("split"),
             F.concat(F.lit(src.name + "/"), split).alias("group"), ident.alias("id"), "row",
             "text", "label", "label_canon", id_num.cast("long").alias("id_num"),
-            *[c for c in ("key",) if c in part.columns], *keep,
+            *[c for c in ("key", "fp") if c in part.columns], *keep,
         )
         out = df if out is None else out.unionByName(df, allowMissingColumns=True)
     return out

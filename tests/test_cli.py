@@ -156,7 +156,7 @@ def test_bom_is_accepted(cli, data):
 
 
 def test_later_commands_say_not_available(cli):
-    rc, _, stderr = cli("images", "-d", "x=y")
+    rc, _, stderr = cli("check", "-d", "x=y")
     assert rc == 2 and error_code(stderr) == "LC_E_USAGE" and "not available yet" in stderr
 
 

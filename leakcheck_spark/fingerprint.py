@@ -1,0 +1,153 @@
+"""Dataset fingerprints equal to the ``noleak`` package's ``noleak-fp-v1`` (SPEC section 8).
+
+For a collection of texts: each text is normalised (Unicode NFKC, stripped, whitespace runs
+collapsed to one space, casefolded) and hashed with SHA-256; the fingerprint's digest is the
+SHA-256 of ``"noleak-fp-v1\\n"`` followed by the *unique* hex digests, sorted, one per line (no
+newline after the last).  Order and repeats do not change it.
+
+On the cluster: the normalisation runs in a pandas UDF (pandas' ``str`` methods are Python's own
+``unicodedata``, ``str.strip``, ``re`` and ``str.casefold``, so the bytes are noleak's), the
+per-text SHA-256 is Spark's ``sha2``, the unique digests are sorted by Spark, and only the final
+digest -- a sequential hash, which cannot be split -- is computed on the driver, from the sorted
+digests streamed to it partition by partition (``toLocalIterator``) in chunks of a few thousand:
+the driver holds one partition's chunks at a time, never the whole list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import numpy as np
+
+from leakcheck_spark.udf import series_udf
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from leakcheck_spark.options import Source
+
+FP_VERSION = "noleak-fp-v1"
+SHORT_HEX = 12
+_EMPTY = hashlib.sha256(FP_VERSION.encode() + b"\n").hexdigest()
+
+
+def normalize_series(texts: pd.Series) -> pd.Series:
+    """noleak-norm-v1 over a Series of texts (None counts as "", as noleak reads it)."""
+    s = texts.fillna("").astype(str)
+    return (s.str.normalize("NFKC").str.strip().str.replace(r"\s+", " ", regex=True)
+            .str.casefold())
+
+
+def digest_column(text: str = "text") -> Column:
+    """The 32-byte SHA-256 of the normalised text (binary: sorts like its hex form)."""
+    import pyspark.sql.functions as F
+
+    normalized = series_udf(normalize_series, "string")(F.col(text))
+    return F.unhex(F.sha2(normalized, 256))
+
+
+def short(digest: str) -> str:
+    """``noleak-fp-v1:`` and the first 12 hex characters, as noleak prints a fingerprint."""
+    return f"{FP_VERSION}:{digest[:SHORT_HEX]}"
+
+
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+def hex_lines(fp: pa.Array) -> np.ndarray:
+    """32-byte digests -> an (n, 65) uint8 array: each row the 64 hex characters and a newline."""
+    n = len(fp)
+    data = np.frombuffer(fp.buffers()[2], dtype=np.uint8)
+    start = int(np.frombuffer(fp.buffers()[1], dtype=np.int32)[fp.offset])
+    raw = data[start:start + 32 * n].reshape(n, 32)
+    out = np.empty((n, 65), dtype=np.uint8)
+    out[:, 0:64:2] = _HEX[raw >> 4]
+    out[:, 1:64:2] = _HEX[raw & 15]
+    out[:, 64] = ord("\n")
+    return out
+
+
+def _chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Sorted (by, fp) rows -> one row per run of equal `by` in a batch: the hex digests of the
+    run joined by newlines."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for rb in batches:
+        n = rb.num_rows
+        if n == 0:
+            continue
+        by = rb.column("by")
+        changes = pc.not_equal(by.slice(1), by.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        cuts = np.concatenate([[0], np.flatnonzero(changes) + 1, [n]])
+        lines = hex_lines(rb.column("fp"))
+        yield pa.RecordBatch.from_arrays(
+            [by.take(pa.array(cuts[:-1])),
+             pa.array([lines[a:b].tobytes()[:-1] for a, b in zip(cuts[:-1], cuts[1:])],
+                      pa.binary())],
+            names=["by", "chunk"])
+
+
+def fingerprints(records: DataFrame, by: str = "group", fp: str = "fp") -> dict[str, dict]:
+    """``{name: {"fingerprint", "digest", "n_examples", "n_unique"}}`` per value of `by`,
+    sorted by name.  `records` has `by` and the `fp` digest column (:func:`digest_column`)."""
+    import pyspark.sql.functions as F
+
+    counts = {r.by: (r.n, r.u) for r in records.groupBy(F.col(by).alias("by")).agg(
+        F.count(F.lit(1)).alias("n"), F.count_distinct(fp).alias("u")).collect()}
+    unique = (records.select(F.col(by).alias("by"), F.col(fp).alias("fp")).distinct()
+              .orderBy("by", "fp").mapInArrow(_chunks, "by string, chunk binary"))
+    hashers: dict[str, hashlib._Hash] = {}
+    for row in unique.toLocalIterator():
+        h = hashers.get(row.by)
+        if h is None:
+            h = hashers[row.by] = hashlib.sha256(FP_VERSION.encode() + b"\n")
+        else:
+            h.update(b"\n")
+        h.update(row.chunk)
+    out = {}
+    for name in sorted(counts):
+        digest = hashers[name].hexdigest() if name in hashers else _EMPTY
+        n, u = counts[name]
+        out[name] = {"fingerprint": short(digest), "digest": digest, "n_examples": n,
+                     "n_unique": u}
+    return out
+
+
+def fingerprint_sources(sources: Sequence[Source], by: str = "group",
+                        spark: SparkSession | None = None) -> dict[str, dict]:
+    """The fingerprint of every group (``by="group"``) or dataset (``by="dataset"``) of
+    `sources`, as :func:`fingerprints` gives them.
+
+    Raises:
+        LeakcheckError: on bad input (SPEC section 9).
+    """
+    from leakcheck_spark.errors import USAGE, LeakcheckError
+    from leakcheck_spark.options import Options
+    from leakcheck_spark.session import get_session
+    from leakcheck_spark.sources import read_records
+
+    if by not in ("group", "dataset"):
+        raise LeakcheckError(USAGE, f"--by must be group or dataset, not {by!r}")
+    spark = spark or get_session()
+    records, frames, _ = read_records(spark, list(sources), Options(),
+                                      prepare=lambda df: df.withColumn("fp", digest_column()))
+    try:
+        return fingerprints(records, by)
+    finally:
+        for frame in frames:
+            frame.unpersist()
+
+
+def render(prints: dict[str, dict], by: str = "group") -> str:
+    """The terminal table of fingerprints."""
+    rows = [[name, p["fingerprint"], f"{p['n_examples']:,}", f"{p['n_unique']:,}", p["digest"]]
+            for name, p in prints.items()]
+    header = [by, "fingerprint", "n_examples", "n_unique", "digest"]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) if i in (0, 1, 4) else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+                     for r in [header, *rows])
