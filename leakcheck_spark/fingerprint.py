@@ -132,11 +132,18 @@ def fingerprint_sources(sources: Sequence[Source], by: str = "group",
 
     if by not in ("group", "dataset"):
         raise LeakcheckError(USAGE, f"--by must be group or dataset, not {by!r}")
+    from leakcheck_spark.audit import Timer
+
     spark = spark or get_session()
+    timer = Timer()
     records, frames, _ = read_records(spark, list(sources), Options(),
                                       prepare=lambda df: df.withColumn("fp", digest_column()))
     try:
-        return fingerprints(records, by)
+        prints = fingerprints(records, by)
+        timer.lap("fingerprints", f"fingerprints of {len(prints)} {by}s from {len(sources)} "
+                                  f"sources: {sum(p['n_examples'] for p in prints.values()):,} "
+                                  "records")
+        return prints
     finally:
         for frame in frames:
             frame.unpersist()

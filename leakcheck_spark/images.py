@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import re
 import time
@@ -40,6 +39,7 @@ from leakcheck_spark.near import _pair_steps, _whole_buckets, bucket_partners
 from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source
 from leakcheck_spark.paths import is_local, local_path, spark_uri
 from leakcheck_spark.resplit import DEFAULT_PRIORITY, reassign
+from leakcheck_spark.session import session_conf
 from leakcheck_spark.sources import TABLE_PREFIX
 
 if TYPE_CHECKING:
@@ -451,7 +451,7 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
         everything = everything.unionByName(df)
     # Rows hold whole files: small Arrow batches; and many small files per task (Spark counts
     # each file as 4 MB by default, which makes a task of every 32 icons).
-    with _session_conf(spark, {"spark.sql.execution.arrow.maxRecordsPerBatch": BATCH_IMAGES,
+    with session_conf(spark, {"spark.sql.execution.arrow.maxRecordsPerBatch": BATCH_IMAGES,
                                "spark.sql.files.openCostInBytes": FILE_OPEN_COST}):
         hashes = everything.mapInArrow(_keep_columns(hash_batches), _HASHED_DDL).persist(level)
         hashes.count()  # hash once (the sort below would run the hashing again to sample)
@@ -534,22 +534,6 @@ def _keep_columns(fn):  # noqa: ANN001, ANN202
                 names=["_src", "dataset", "split", "id", "hash", "error"])
 
     return run
-
-
-@contextlib.contextmanager
-def _session_conf(spark: SparkSession, settings: dict) -> Iterator[None]:
-    """Spark SQL settings for the queries run inside the block, restored afterwards."""
-    old = {k: spark.conf.get(k, None) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, str(v))
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 def _window(col: str):  # noqa: ANN202

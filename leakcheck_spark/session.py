@@ -7,10 +7,11 @@ Python workers on the driver's interpreter and keeps the terminal free of JVM lo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
@@ -149,3 +150,19 @@ def _submit_conf() -> dict:
         return {}
     SparkContext._ensure_initialized()
     return dict(SparkConf().getAll())
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, settings: dict) -> Iterator[None]:
+    """Spark SQL settings for the queries run inside the block, restored afterwards."""
+    old = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, str(v))
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)

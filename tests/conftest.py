@@ -31,20 +31,11 @@ def spark(tmp_path_factory):
     session.stop()
 
 
-@contextlib.contextmanager
 def spark_conf(spark, **settings):
     """Set Spark SQL settings for a block and restore them afterwards."""
-    old = {k: spark.conf.get(k, None) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, str(v))
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
+    from leakcheck_spark.session import session_conf
+
+    return session_conf(spark, settings)
 
 
 @contextlib.contextmanager
