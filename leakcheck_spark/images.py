@@ -260,6 +260,19 @@ def _display(col):  # noqa: ANN001, ANN202 - a Column: file:/x and file:///x as 
     return F.regexp_replace(col, r"^file:(//)?(?=/)", "")
 
 
+def _as_given(col, source: str):  # noqa: ANN001, ANN202 - a Column
+    """A listed file's path the way the user named its source: relative to the working
+    directory when the source was a relative local path, else absolute (or the URI)."""
+    import os
+
+    import pyspark.sql.functions as F
+
+    if not is_local(source) or os.path.isabs(local_path(source)):
+        return col
+    prefix = os.path.abspath(".").rstrip("/") + "/"
+    return F.when(col.startswith(prefix), col.substr(len(prefix) + 1, 1 << 30)).otherwise(col)
+
+
 def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions) -> DataFrame:
     """One source's images: (_src, dataset, split, id, path, content); `content` is null where
     the executors read the bytes from `path` themselves."""
@@ -272,7 +285,8 @@ def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions
         if kind == "files":
             df = (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
                   .load(spark_uri(src.path)).where(_is_image(F.col("path"))))
-            df = df.select(_display("path").alias("id"), "path", "content", split.alias("split"))
+            df = df.select(_as_given(_display("path"), src.path).alias("id"), "path", "content",
+                           split.alias("split"))
         elif kind == "list":
             lines = spark.read.text(spark_uri(src.path)).select(F.trim("value").alias("p"))
             base = src.path.rsplit("/", 1)[0] if "/" in src.path else "."
@@ -280,7 +294,7 @@ def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions
             absolute = F.col("p").startswith("/") | F.col("p").rlike(r"^[A-Za-z][A-Za-z0-9+.-]*:")
             path = F.when(absolute, F.col("p")).otherwise(F.concat(F.lit(base + "/"), F.col("p")))
             df = lines.where(F.col("p") != "").select(
-                _display(path).alias("id"), path.alias("path"), null_bin.alias("content"),
+                F.col("p").alias("id"), path.alias("path"), null_bin.alias("content"),
                 split.alias("split"))
         else:
             df = _read_table(spark, src, opts, split)

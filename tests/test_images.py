@@ -265,3 +265,13 @@ def test_without_imagehash_the_error_names_the_extra(cli, monkeypatch, tmp_path)
     assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_USAGE]: images needs the "
                                       "optional 'imagehash' package")
     assert "leakcheck-spark[images]" in err
+
+
+def test_relative_sources_give_relative_paths(cli, pictures, tmp_path, monkeypatch):
+    monkeypatch.chdir(pictures)
+    rc, _, err = cli("images", "-d", "p:train=train", "-d", "p:val=val", "--quiet",
+                     "--resplit-out", tmp_path / "r.csv")
+    assert rc == 0, err
+    rows = (tmp_path / "r.csv").read_text().splitlines()
+    assert rows[1].startswith("train/orig0.png,train,train,0,")
+    assert rows[-1] == "val/half5.png,train,val,5,true"
