@@ -42,6 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
+    def datasets(p: argparse.ArgumentParser, what: str = "a dataset source (repeatable)") -> None:
+        p.add_argument("-d", dest="datasets", action="append", default=[],
+                       metavar="NAME[:SPLIT]=SRC", help=what)
+
+    def priority(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument("--priority", default="train,val,test", metavar="S1,S2,...",
+                       help=f"split precedence{what}, highest first (default train,val,test); "
+                            "other splits rank after, alphabetically")
+
     def fields(p: argparse.ArgumentParser, text: bool = True) -> argparse._ArgumentGroup:
         g = p.add_argument_group("fields")
         if text:
@@ -86,8 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a Spark setting (repeatable)")
 
     a = sub.add_parser("audit", allow_abbrev=False, help="overlap matrices, overlaps, conflicts")
-    a.add_argument("-d", dest="datasets", action="append", default=[], metavar="NAME[:SPLIT]=SRC",
-                   help="a dataset source (repeatable)")
+    datasets(a)
     a.add_argument("--out-dir", metavar="DIR",
                    help="write report.json, overlaps/, label_conflicts/")
     a.add_argument("--fail-on-overlap", action="store_true",
@@ -108,19 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("resplit", allow_abbrev=False,
                        help="leak-free split assignment: duplicate groups moved into one split")
-    r.add_argument("-d", dest="datasets", action="append", default=[], metavar="NAME[:SPLIT]=SRC",
-                   help="a dataset source (repeatable)")
-    r.add_argument("--priority", default="train,val,test", metavar="S1,S2,...",
-                   help="split precedence, highest first (default train,val,test); "
-                        "other splits rank after, alphabetically")
+    datasets(r)
+    priority(r, "")
     r.add_argument("--out", required=True, metavar="PATH",
                    help="one row per record: one file for .jsonl/.csv/.parquet, else a directory")
     common(r)
 
     i = sub.add_parser("images", allow_abbrev=False,
                        help="near-duplicate images across splits (dHash), leak-free splits")
-    i.add_argument("-d", dest="datasets", action="append", default=[], metavar="NAME[:SPLIT]=SRC",
-                   help="images: a directory, glob, image file, .txt list of paths, or a table")
+    datasets(i, "images: a directory, glob, image file, .txt list of paths, or a table")
     g = fields(i, text=False)
     g.add_argument("--path-field", metavar="F", help="table column holding image paths")
     g.add_argument("--bytes-field", metavar="F", help="table column holding image bytes")
@@ -130,14 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write report.json, overlaps/, leaked_groups/, unreadable/")
     i.add_argument("--resplit-out", metavar="PATH",
                    help="write the leak-free split assignment (one row per image)")
-    i.add_argument("--priority", default="train,val,test", metavar="S1,S2,...",
-                   help="split precedence for --resplit-out, highest first")
+    priority(i, " for --resplit-out")
     general(i)
 
     f = sub.add_parser("fingerprint", allow_abbrev=False,
                        help="noleak-fp-v1 fingerprints of each group (or dataset)")
-    f.add_argument("-d", dest="datasets", action="append", default=[], metavar="NAME[:SPLIT]=SRC",
-                   help="a dataset source (repeatable)")
+    datasets(f)
     f.add_argument("--by", choices=("group", "dataset"), default="group",
                    help="one fingerprint per group NAME/SPLIT (default) or per dataset")
     fields(f)
