@@ -114,11 +114,6 @@ def hamming_distance(a: object, b: object) -> int | np.ndarray:
     return bin(_as_int(a) ^ _as_int(b)).count("1")
 
 
-def hex_hash(values: np.ndarray) -> list[str | None]:
-    """int64 hashes (None for missing) as 16 lowercase hex characters, imagehash's ``str``."""
-    return [None if v is None else f"{int(v) & (2**64 - 1):016x}" for v in values]
-
-
 def dhash_bytes(content: bytes) -> int:
     """The imagehash dHash of an encoded image, as a signed 64-bit integer.
 
@@ -142,9 +137,14 @@ def _read_bytes(path: str) -> bytes:
         return fh.read()
 
 
+_KEPT = ("_src", "dataset", "split", "id")  # what rides along with each image's bytes
+_HASHED_DDL = "_src int, dataset string, split string, id string, hash long, error string"
+
+
 def hash_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """(content, path) batches -> (hash, error): a null hash and the reason when an image cannot
-    be read or decoded."""
+    """(_src, dataset, split, id, content, path) batches -> the same rows with (hash, error) in
+    place of (content, path): a null hash and the reason when an image cannot be read or
+    decoded."""
     import pyarrow as pa
 
     try:  # outside the per-image guard: a missing library is no unreadable image
@@ -170,7 +170,8 @@ def hash_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 hashes.append(None)
                 errs.append(_reason(exc))
         yield pa.RecordBatch.from_arrays(
-            [pa.array(hashes, pa.int64()), pa.array(errs, pa.string())], names=["hash", "error"])
+            [*(rb.column(c) for c in _KEPT), pa.array(hashes, pa.int64()),
+             pa.array(errs, pa.string())], names=[*_KEPT, "hash", "error"])
 
 
 def _reason(exc: BaseException) -> str:
@@ -442,6 +443,7 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     """
     import pyspark.sql.functions as F
     from pyspark import StorageLevel
+    from pyspark.sql import Window
 
     from leakcheck_spark.session import get_session
 
@@ -467,7 +469,7 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     # each file as 4 MB by default, which makes a task of every 32 icons).
     with session_conf(spark, {"spark.sql.execution.arrow.maxRecordsPerBatch": BATCH_IMAGES,
                                "spark.sql.files.openCostInBytes": FILE_OPEN_COST}):
-        hashes = everything.mapInArrow(_keep_columns(hash_batches), _HASHED_DDL).persist(level)
+        hashes = everything.mapInArrow(hash_batches, _HASHED_DDL).persist(level)
         hashes.count()  # hash once (the sort below would run the hashing again to sample)
     imgs = positions(hashes, ("_src", "id", "hash", "error")).persist(level)
     per_source = {r._src: r["count"] for r in imgs.groupBy("_src").count().collect()}
@@ -508,7 +510,7 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     comp = connected_components(pairs.select("key", "other"), src="key", dst="other")
     members = (records.join(comp.select(F.col("node").alias("key"), "component"), "key", "left")
                .withColumn("component", F.coalesce("component", "key")))
-    first = F.min("_order").over(_window("component"))
+    first = F.min("_order").over(Window.partitionBy("component"))
     with_groups = members.withColumn(
         "group_id", F.when(F.col("key").isNull(), F.col("_order")).otherwise(first))
     final = with_groups.select("dataset", "split", "id", F.col("key").alias("hash"), "error",
@@ -530,30 +532,6 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     }
     return ImagesResult(sources, options, summary, overlaps.select(*OVERLAP_COLUMNS), unreadable,
                         leaked, final, timer.timings)
-
-
-_HASHED_DDL = "_src int, dataset string, split string, id string, hash long, error string"
-
-
-def _keep_columns(fn):  # noqa: ANN001, ANN202
-    """Run a (content, path) -> (hash, error) batch function, keeping the other columns."""
-    import pyarrow as pa
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for rb in batches:
-            (out,) = list(fn(iter([rb])))
-            yield pa.RecordBatch.from_arrays(
-                [rb.column("_src"), rb.column("dataset"), rb.column("split"), rb.column("id"),
-                 out.column("hash"), out.column("error")],
-                names=["_src", "dataset", "split", "id", "hash", "error"])
-
-    return run
-
-
-def _window(col: str):  # noqa: ANN202
-    from pyspark.sql import Window
-
-    return Window.partitionBy(col)
 
 
 def _summaries(final: DataFrame) -> tuple[dict, DataFrame, DataFrame]:
