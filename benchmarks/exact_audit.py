@@ -4,7 +4,7 @@ Builds nothing itself: point it at a corpus written by ../shared/bench/make_corp
 (OUT/datasetA/{train,test}.jsonl, OUT/datasetB/{train,test}.jsonl).  Runs
 ``leakcheck-spark audit`` as a user would, in a subprocess, and prints records, wall time,
 records/s and the peak memory (PSS) of the whole process tree (Python driver + Spark JVM +
-Python workers), sampled every 0.2 s from /proc.
+Python workers), sampled from /proc (see _common.run).
 
     python benchmarks/exact_audit.py /tmp/corpus [--master local[*]] [--out-dir /tmp/bench_out]
 """

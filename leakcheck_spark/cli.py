@@ -8,6 +8,7 @@ The only module that prints and chooses exit codes: 0 success, 1 a requested fai
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -19,11 +20,8 @@ from leakcheck_spark.normalize import LANGS, NORMALIZERS
 from leakcheck_spark.options import FORMATS, Options, Source
 
 PROG = "leakcheck-spark"
-LATER = {
-    "check": "eval contamination checks",
-}
 OVERRIDE_KEYS = ("text", "label", "split", "id", "config", "hf_split")
-COMMANDS = ("audit", "clean", "resplit", "images", "fingerprint")
+COMMANDS = ("audit", "clean", "resplit", "images", "fingerprint", "check")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,25 +61,29 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"per-dataset field override; KEY = {'|'.join(OVERRIDE_KEYS)}")
         return g
 
-    def common(p: argparse.ArgumentParser) -> None:
-        fields(p)
+    def matching(p: argparse.ArgumentParser, *threshold_aliases: str) -> None:
         m = p.add_argument_group("matching")
         m.add_argument("--normalizer", choices=NORMALIZERS, default="whitespace")
         m.add_argument("--lang", choices=LANGS, default="c")
         m.add_argument("--max-chars", type=int, metavar="N", help="truncate texts to N characters")
         m.add_argument("--near", action="store_true", help="also match near-duplicates")
-        m.add_argument("--threshold", type=float, default=0.8, metavar="T")
+        m.add_argument("--threshold", *threshold_aliases, type=float, default=0.8, metavar="T")
         m.add_argument("--shingle", type=int, default=5, metavar="K")
         m.add_argument("--num-perm", type=int, default=128, metavar="P")
         m.add_argument("--max-rows", type=int, default=0, metavar="N",
                        help="read at most N rows per source (0 = all)")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        fields(p)
+        matching(p)
         general(p)
 
     def general(p: argparse.ArgumentParser) -> None:
         o = p.add_argument_group("output")
         o.add_argument("--format", choices=FORMATS, default="parquet",
                        help="format of list outputs (default parquet)")
-        o.add_argument("--json", metavar="FILE|-", help="write the report as JSON (- = stdout)")
+        o.add_argument("--json", nargs="?", const="-", metavar="FILE|-",
+                       help="write the report as JSON to FILE (- or no FILE: stdout)")
         o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
         o.add_argument("--verbose", action="store_true",
                        help="keep Spark's own INFO logging (default: warnings only)")
@@ -145,11 +147,26 @@ def build_parser() -> argparse.ArgumentParser:
     fields(f)
     general(f)
 
-    for name, what in LATER.items():
-        sub.add_parser(name, allow_abbrev=False, help=f"{what} (not available yet)")
+    k = sub.add_parser("check", allow_abbrev=False,
+                       help="eval-vs-train contamination, as noleak counts it: exit 1 if found")
+    k.add_argument("--train", action="append", required=True, metavar="SRC",
+                   help="a train source: file, glob, directory or table (repeatable)")
+    k.add_argument("--eval", required=True, metavar="SRC", help="the eval source")
+    k.add_argument("--n", type=int, default=13, metavar="N",
+                   help="word n-gram size (default 13, as noleak)")
+    k.add_argument("--out-dir", metavar="DIR",
+                   help="write report.json and records/ (one row per eval record)")
+    g = k.add_argument_group("fields")
+    g.add_argument("--field", "--text-field", dest="text_field", metavar="F",
+                   help="field holding the text (default: the first non-blank of text, content, "
+                        "prompt, question, input, output)")
+    g.add_argument("--id-field", metavar="F", help="field holding the id (default: row index)")
+    matching(k, "--near-threshold")
+    general(k)
+
     top.set_defaults(command=None)
     top.commands = {  # type: ignore[attr-defined]
-        "audit": a, "clean": c, "resplit": r, "images": i, "fingerprint": f}
+        "audit": a, "clean": c, "resplit": r, "images": i, "fingerprint": f, "check": k}
     return top
 
 
@@ -184,7 +201,6 @@ def parse_source(spec: str, args: argparse.Namespace) -> Source:
 
 def apply_overrides(sources: list[Source], overrides: Sequence[str]) -> list[Source]:
     """Apply ``-o NAME.KEY=VALUE`` to the sources of dataset NAME (empty VALUE: field off)."""
-    import dataclasses
 
     names = {s.name for s in sources}
     fields = {"text": "text_field", "label": "label_field", "split": "split_field",
@@ -239,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
         return run_images(args)
     if args.command == "fingerprint":
         return run_fingerprint(args)
+    if args.command == "check":
+        return run_check(args)
     options = build_options(args)
     if args.command in ("audit", "resplit"):
         if not args.datasets:
@@ -297,6 +315,9 @@ def run_fingerprint(args: argparse.Namespace) -> int:
     if not args.datasets:
         raise LeakcheckError(errors.USAGE, "fingerprint needs at least one -d NAME[:SPLIT]=SOURCE")
     sources = apply_overrides([parse_source(d, args) for d in args.datasets], args.overrides)
+    # Without a text field, records are read as noleak reads them, so that the fingerprint of a
+    # file equals `noleak fingerprint FILE`'s.
+    sources = [s if s.text_field else dataclasses.replace(s, noleak=True) for s in sources]
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
     prints = fingerprint_sources(sources, args.by, spark=spark)
@@ -306,6 +327,30 @@ def run_fingerprint(args: argparse.Namespace) -> int:
     if args.json != "-":
         print(render(prints, args.by))
     return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """The check command (SPEC section 8): exit 1 if the eval set is contaminated."""
+    from leakcheck_spark.check import EVAL, TRAIN, check
+    from leakcheck_spark.session import get_session
+
+    # --id-field names the eval records in the per-record list; train ids are not used.
+    train = [Source(TRAIN, path, text_field=args.text_field, noleak=True) for path in args.train]
+    eval_source = Source(EVAL, args.eval, text_field=args.text_field, id_field=args.id_field,
+                         noleak=True)
+    options = build_options(args)
+    spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
+                        remote=args.remote)
+    result = check(train, eval_source, args.n, options, spark=spark)
+    try:
+        if args.out_dir:
+            result.write(args.out_dir)
+        if args.json:
+            _emit_json(args.json, result.to_dict())
+        print(result.summary(), file=sys.stderr if args.json == "-" else sys.stdout)
+    finally:
+        result.unpersist()
+    return 1 if result.contaminated else 0
 
 
 def run_images(args: argparse.Namespace) -> int:
@@ -354,9 +399,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # reported here as one line instead.
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
     try:
-        if argv and argv[0] in LATER:
-            raise LeakcheckError(errors.USAGE, f"'{argv[0]}' ({LATER[argv[0]]}) is not "
-                                 "available yet in this version", "use 'audit' or 'clean'")
         _Parser.command = argv[0] if argv and argv[0] in COMMANDS else ""
         argv = expand_config(argv)
         args = build_parser().parse_args(argv)

@@ -44,7 +44,7 @@ hashfunc=shingle_hash32)`` fed the same shingles holds the same ``hashvalues``.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -216,13 +216,23 @@ def text_spans(texts: pa.Array | Sequence[str | None], normalizer: str = "whites
     and all texts under ``code``, take the slow path of :func:`_joined_tokens` and are spliced in.
     A Python sequence takes the slow path for every text (tests and benchmarks).
     """
+    def slow(values: list) -> list[bytes]:
+        return [_joined_tokens(t, normalizer, lang, max_chars) for t in values]
+
+    return _spans(texts, slow, max_chars, all_slow=normalizer == "code")
+
+
+def _spans(texts: pa.Array | Sequence[str | None], slow: Callable[[list], list[bytes]],
+           max_chars: int | None = None, all_slow: bool = False
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`text_spans` for any tokenisation: ASCII texts as they are, the others (or all, with
+    `all_slow`) replaced by ``slow(texts)``, their tokens re-joined by single spaces."""
     import pyarrow as pa
 
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks()
-    if not isinstance(texts, pa.Array) or normalizer == "code":
-        values = texts.to_pylist() if isinstance(texts, pa.Array) else texts
-        pieces = [_joined_tokens(t, normalizer, lang, max_chars) for t in values]
+    if not isinstance(texts, pa.Array) or all_slow:
+        pieces = slow(texts.to_pylist() if isinstance(texts, pa.Array) else list(texts))
         offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
         np.cumsum([len(p) for p in pieces], out=offsets[1:])
         return np.frombuffer(b"".join(pieces), dtype=np.uint8), offsets[:-1], offsets[1:]
@@ -236,26 +246,25 @@ def text_spans(texts: pa.Array | Sequence[str | None], normalizer: str = "whites
         ends[null] = starts[null]
     high = np.zeros(len(data) + 1, dtype=np.int64)
     np.cumsum(data >= 0x80, out=high[1:])
-    slow = np.flatnonzero(high[ends] > high[starts])
+    slow_rows = np.flatnonzero(high[ends] > high[starts])
     if max_chars is not None:  # ASCII: one byte a character (slow texts are cut in Python)
         ends = np.minimum(ends, starts + max_chars)
-    if not len(slow):
+    if not len(slow_rows):
         return data, starts, ends
-    pieces = [_joined_tokens(t, normalizer, lang, max_chars)
-              for t in texts.take(pa.array(slow)).to_pylist()]
-    old_end = offsets[1:][slow]
-    delta = np.array([len(p) for p in pieces], dtype=np.int64) - (old_end - starts[slow])
+    pieces = slow(texts.take(pa.array(slow_rows)).to_pylist())
+    old_end = offsets[1:][slow_rows]
+    delta = np.array([len(p) for p in pieces], dtype=np.int64) - (old_end - starts[slow_rows])
     shift = np.zeros(n, dtype=np.int64)
-    shift[slow] = delta
+    shift[slow_rows] = delta
     shift = np.cumsum(shift) - shift  # texts after a spliced one move by its change in size
     segments, prev = [], 0
-    for i, piece in zip(slow, pieces):
+    for i, piece in zip(slow_rows, pieces):
         segments += [data[prev:starts[i]], np.frombuffer(piece, dtype=np.uint8)]
         prev = offsets[i + 1]
     segments.append(data[prev:])
     starts = starts + shift
     ends = ends + shift
-    ends[slow] = starts[slow] + np.array([len(p) for p in pieces], dtype=np.int64)
+    ends[slow_rows] = starts[slow_rows] + np.array([len(p) for p in pieces], dtype=np.int64)
     return np.concatenate(segments), starts, ends
 
 
@@ -275,13 +284,15 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     return _POWERS["q"], _POWERS["qinv"]
 
 
-def _token_hashes(buf: np.ndarray, starts: np.ndarray,
-                  ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(hashes uint64, counts int64): every token's hash in text order, and tokens per text."""
+def _token_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  classes: np.ndarray = _CLASS, fold: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes uint64, counts int64): every token's hash in text order, and tokens per text.
+    `classes` gives each byte's class; `fold` (a byte map) is applied before hashing."""
     n = len(buf)
     if n == 0:
         return np.zeros(0, np.uint64), np.zeros(len(starts), np.int64)
-    cls = _CLASS[buf]
+    cls = classes[buf]
     if not (starts[0] == 0 and ends[-1] == n and np.array_equal(starts[1:], ends[:-1])):
         edge = np.zeros(n + 1, dtype=np.int64)  # bytes outside every span are not text
         np.add.at(edge, starts, 1)
@@ -301,7 +312,8 @@ def _token_hashes(buf: np.ndarray, starts: np.ndarray,
     counts = np.searchsorted(tok_start, ends) - np.searchsorted(tok_start, starts)
     q, qinv = _powers(n)
     prefix = np.zeros(n + 1, dtype=np.uint64)
-    np.cumsum((buf.astype(np.uint64) + np.uint64(1)) * qinv[:n], out=prefix[1:])
+    values = (buf if fold is None else fold[buf]).astype(np.uint64)
+    np.cumsum((values + np.uint64(1)) * qinv[:n], out=prefix[1:])
     poly = (prefix[tok_end] - prefix[tok_start]) * q[tok_end - 1]
     length = (tok_end - tok_start).astype(np.uint64)
     return _fmix64(poly ^ (length * _LEN_MIX)), counts
@@ -365,12 +377,18 @@ def shingle_batch(texts: pa.Array | Sequence[str | None], k: int, normalizer: st
     With ``sets=True`` each text's hashes are its shingle set (sorted, unique); without, they are
     every window's hash in order, which MinHash needs no more than (and is cheaper).
     """
-    buf, starts, ends = text_spans(texts, normalizer, lang, max_chars)
+    return _window_batch(text_spans(texts, normalizer, lang, max_chars), k, sets)
+
+
+def _window_batch(spans: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, sets: bool,
+                  classes: np.ndarray = _CLASS, fold: np.ndarray | None = None) -> ShingleBatch:
+    """The K-token window hashes of every span (:func:`_token_hashes` classes and fold)."""
+    buf, starts, ends = spans
     parts, sizes = [], []
     for lo, hi in _chunks(starts, ends):
         base = starts[lo]
         tok, counts = _token_hashes(buf[base:ends[hi - 1]], starts[lo:hi] - base,
-                                    ends[lo:hi] - base)
+                                    ends[lo:hi] - base, classes, fold)
         h, n_sh = _window_hashes(tok, counts, k)
         parts.append(h)
         sizes.append(n_sh)
@@ -381,6 +399,51 @@ def shingle_batch(texts: pa.Array | Sequence[str | None], k: int, normalizer: st
     offsets = np.zeros(len(size) + 1, dtype=np.int64)
     np.cumsum(size, out=offsets[1:])
     return ShingleBatch(h, offsets)
+
+
+# --- noleak's word n-grams ------------------------------------------------------------------
+
+# Words are ``\w+`` of the noleak-normalised text: other non-space bytes separate like spaces.
+_WORDS_CLASS = np.where(_CLASS == _WORD, _WORD, _SPACE).astype(np.uint8)
+# ASCII text under noleak's normalisation: NFKC leaves it as it is and casefold lowercases it.
+_ASCII_FOLD = np.arange(256, dtype=np.uint8)
+_ASCII_FOLD[ord("A"):ord("Z") + 1] += 32
+_WORDS_RE = re.compile(r"\w+")
+
+
+def noleak_words(text: str | None) -> list[str]:
+    r"""noleak's words of one text: ``\w+`` of its noleak-normalised form (the reference).
+
+    >>> noleak_words("  Straße ＡＢ,c_d! ")
+    ['strasse', 'ab', 'c_d']
+    """
+    import pandas as pd
+
+    from leakcheck_spark.fingerprint import normalize_series
+
+    return _WORDS_RE.findall(normalize_series(pd.Series([text], dtype=object))[0])
+
+
+def _joined_words(values: list) -> list[bytes]:
+    import pandas as pd
+
+    from leakcheck_spark.fingerprint import normalize_series
+
+    normalized = normalize_series(pd.Series(values, dtype=object))
+    return [" ".join(_WORDS_RE.findall(t)).encode("utf-8", "surrogatepass") for t in normalized]
+
+
+def word_grams(texts: pa.Array | Sequence[str | None], n: int) -> ShingleBatch:
+    """The sets of noleak's word n-grams of many texts, as 64-bit hashes (SPEC section 8).
+
+    An n-gram is n consecutive words; a text with fewer words (but at least one) is one gram of
+    all of them; a text without words has none.  A gram's hash is :func:`shingle_hash` of its
+    words, so equal grams hash equally in any batch.  ASCII texts are tokenised in place (their
+    bytes lowercased on the fly); the others are normalised in Python first.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return _window_batch(_spans(texts, _joined_words), n, True, _WORDS_CLASS, _ASCII_FOLD)
 
 
 def signatures(batch: ShingleBatch, num_perm: int, seed: int = DEFAULT_SEED,

@@ -103,29 +103,34 @@ def _list_array(values: np.ndarray, width: int) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.view(np.int64)))
 
 
-def representatives(records: DataFrame) -> DataFrame:
-    """(key, text): one text per non-empty key, the first record's in (dataset, row) order."""
+def representatives(records: DataFrame, sides: Column | None = None) -> DataFrame:
+    """(key, text): one text per non-empty key, the first record's in (dataset, row) order.
+    With `sides` (a bit per record, 1 or 2), also `side`: the bits of the key's records."""
     import pyspark.sql.functions as F
 
+    side = [] if sides is None else [F.bit_or(sides).alias("side")]
     return (records.where(F.col("key").isNotNull()).groupBy("key")
-            .agg(F.min_by("text", F.struct("dataset", "row")).alias("text")))
+            .agg(F.min_by("text", F.struct("dataset", "row")).alias("text"), *side))
 
 
 def sign(reps: DataFrame, opts: Options) -> DataFrame:
-    """(key, bands array<bigint>) for every representative with at least one shingle."""
+    """(key, bands array<bigint>[, side]) for every representative with at least one shingle."""
     import pyarrow as pa
 
     bands, _ = lsh_layout(opts.threshold, opts.num_perm)
+    extra = ["side"] if "side" in reps.columns else []
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in batches:
             hashes, shingles = sign_batch(rb.column("text"), opts)
-            keep = np.flatnonzero(shingles.sizes() > 0)
+            keep = pa.array(np.flatnonzero(shingles.sizes() > 0))
             yield pa.RecordBatch.from_arrays(
-                [rb.column("key").take(pa.array(keep)), _list_array(hashes[keep].ravel(), bands)],
-                names=["key", "bands"])
+                [rb.column("key").take(keep), _list_array(hashes[keep].ravel(), bands),
+                 *[rb.column(c).take(keep) for c in extra]],
+                names=["key", "bands", *extra])
 
-    return reps.mapInArrow(run, "key binary, bands array<bigint>")
+    return reps.select("key", "text", *extra).mapInArrow(
+        run, "key binary, bands array<bigint>" + "".join(f", {c} int" for c in extra))
 
 
 def key_id() -> Column:
@@ -138,12 +143,19 @@ def key_id() -> Column:
 
 
 def buckets(signed: DataFrame) -> DataFrame:
-    """(band, h, ids): every band bucket with more than one key id, the ids sorted."""
+    """(band, h, ids): every band bucket with more than one key id, the ids sorted.  When the
+    keys carry a `side` (:func:`representatives`), only buckets holding keys of both sides."""
     import pyspark.sql.functions as F
 
-    return (signed.select(key_id().alias("id"), F.posexplode("bands").alias("band", "h"))
-            .groupBy("band", "h").agg(F.array_sort(F.collect_set("id")).alias("ids"))
-            .where(F.size("ids") > 1))
+    both = "side" in signed.columns
+    side = [F.col("side")] if both else []
+    grouped = (signed.select(key_id().alias("id"), *side,
+                             F.posexplode("bands").alias("band", "h"))
+               .groupBy("band", "h").agg(F.array_sort(F.collect_set("id")).alias("ids"),
+                                         *([F.bit_or("side").alias("side")] if both else [])))
+    if both:
+        grouped = grouped.where(F.col("side") == 3).drop("side")
+    return grouped.where(F.size("ids") > 1)
 
 
 def distinct_buckets(bucketed: DataFrame) -> DataFrame:
@@ -388,10 +400,13 @@ def verify(members: DataFrame, threshold: float, full_bucket: int = FULL_BUCKET)
             .mapInArrow(run, "key binary, other binary, similarity double"))
 
 
-def near_edges(records: DataFrame, opts: Options,
-               full_bucket: int = FULL_BUCKET) -> tuple[DataFrame, list[DataFrame]]:
+def near_edges(records: DataFrame, opts: Options, full_bucket: int = FULL_BUCKET,
+               sides: Column | None = None) -> tuple[DataFrame, list[DataFrame]]:
     """(key, other, match="near", similarity) verified near edges, in both directions, and the
     cached frame they are read from (the caller unpersists it when done).
+
+    With `sides` (1 or 2 per record: e.g. train and eval) only buckets holding keys of both
+    sides are verified, so pairs within one side may be missing (the caller wants the others).
 
     Runs the stages now (a few Spark jobs) and keeps only the verified pairs cached.
     """
@@ -399,7 +414,7 @@ def near_edges(records: DataFrame, opts: Options,
     from pyspark import StorageLevel
 
     level = StorageLevel.MEMORY_AND_DISK
-    reps = representatives(records).persist(level)
+    reps = representatives(records, sides).persist(level)
     bucketed = buckets(sign(reps, opts)).persist(level)
     sets = member_sets(reps, bucketed, opts, full_bucket)
     members = (distinct_buckets(bucketed).select("band", "h", F.explode("ids").alias("id"))

@@ -17,7 +17,13 @@ class Source:
     """One `-d NAME[:SPLIT]=SOURCE`: a dataset name, where its rows are, and which fields to use.
 
     `split` puts every row in that split; otherwise `split_field` names the column holding it;
-    otherwise the split is ``all``.  `text_field` may be None only for ``.txt`` sources.
+    otherwise the split is ``all``.  `text_field` may be None only for ``.txt`` sources, or with
+    `noleak`: then records are read as the ``noleak`` tool reads them (SPEC section 8) -- a JSON
+    value that is a string is the text, an object's text is `text_field` when given (any type,
+    as ``str()`` writes it), else its first non-blank string among ``text, content, prompt,
+    question, input, output``, else its values joined by spaces; ``.json`` lists may hold
+    strings; a ``.txt`` line that is JSON is read as that value, any other line is its text.
+    `fingerprint` without a text field and `check` read this way.
     """
 
     name: str
@@ -29,6 +35,7 @@ class Source:
     id_field: str | None = None
     config: str | None = None
     hf_split: str | None = None
+    noleak: bool = False
 
     def __post_init__(self) -> None:
         from leakcheck_spark.errors import BAD_SPEC
@@ -49,7 +56,8 @@ class Source:
         return f"{self.name}{split}={self.path}"
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if v is not None and v is not False}
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,12 @@ TABULAR_FORMATS = ("csv", "parquet", "table", "hf")
 # A source read from the Spark catalog: table:NAME (a Hive metastore or Unity Catalog name).
 TABLE_PREFIX = "table:"
 
+# Where noleak looks for a record's text when no field is named, in order (`Source.noleak`).
+NOLEAK_FIELDS = ("text", "content", "prompt", "question", "input", "output")
+
+# A Java regex for "has a character that is not whitespace" as Python's str.strip() sees it.
+_NON_BLANK = "[^" + "".join(f"\\u{c:04x}" for c in range(0x10000) if chr(c).isspace()) + "]"
+
 # Columns every parse stage produces, besides a tabular source's own columns.
 _PARSED_DDL = (
     "_lc_file string, _lc_block long, _lc_line long, _lc_seq long, split string, id string, "
@@ -162,20 +168,34 @@ def parse_object(obj: object, src: Source) -> tuple:
     has_label, has_split, err).  `err` is an encoded row error or None; messages contain
     ``{where}``, which the driver replaces with the row's file and line.
     """
-    if not isinstance(obj, dict):
+    if src.noleak:
+        text = noleak_text(obj, src.text_field)
+        if text is _MISSING:
+            return _row_error(
+                errors.MISSING_FIELD,
+                f"field {src.text_field!r} not in {{where}}; fields present: {_fields(obj)}",
+            )
+        if not isinstance(obj, dict):
+            if src.id_field:
+                return _row_error(errors.MISSING_FIELD,
+                                  f"id field {src.id_field!r} not in {{where}}, which is a "
+                                  f"{type(obj).__name__}, not an object")
+            return (None, None, False, text, None, None, False, False, None)
+    elif not isinstance(obj, dict):
         kind = type(obj).__name__
         return _row_error(errors.BAD_FORMAT, f"{{where}} is not a JSON object ({kind})")
-    text = obj.get(src.text_field, _MISSING)
-    if text is _MISSING:
-        return _row_error(
-            errors.MISSING_FIELD,
-            f"field {src.text_field!r} not in {{where}}; fields present: {_fields(obj)}",
-        )
-    if text is not None and not isinstance(text, str):
-        return _row_error(
-            errors.BAD_VALUE,
-            f"field {src.text_field!r} in {{where}} is {type(text).__name__}, not a string",
-        )
+    else:
+        text = obj.get(src.text_field, _MISSING)
+        if text is _MISSING:
+            return _row_error(
+                errors.MISSING_FIELD,
+                f"field {src.text_field!r} not in {{where}}; fields present: {_fields(obj)}",
+            )
+        if text is not None and not isinstance(text, str):
+            return _row_error(
+                errors.BAD_VALUE,
+                f"field {src.text_field!r} in {{where}} is {type(text).__name__}, not a string",
+            )
     ident, id_int = None, False
     if src.id_field:
         value = obj.get(src.id_field)
@@ -201,11 +221,44 @@ def parse_object(obj: object, src: Source) -> tuple:
     return (split, ident, id_int, text, label, canon, has_label, has_split, None)
 
 
+def noleak_text(obj: object, field: str | None) -> object:
+    """The text of one JSON value as the ``noleak`` tool reads it (`Source.noleak`): with a
+    `field`, an object's value of it (``str()`` of a non-string; null is an empty text; absent is
+    ``_MISSING``); otherwise :func:`record_text`."""
+    if isinstance(obj, dict) and field is not None:
+        value = obj.get(field, _MISSING)
+        return value if value is None or value is _MISSING or isinstance(value, str) else str(value)
+    return record_text(obj)
+
+
+def record_text(obj: object) -> str:
+    """noleak's text of a record without a field: a string as it is; an object's first non-blank
+    string among :data:`NOLEAK_FIELDS`, else its non-null values, ``str()``-ed and joined by
+    spaces; null an empty text; any other value ``str()``-ed.
+
+    >>> record_text({"id": 3, "prompt": " ", "output": "x"}), record_text({"a": 1, "b": None})
+    ('x', '1')
+    """
+    if isinstance(obj, str):
+        return obj
+    if obj is None:
+        return ""
+    if isinstance(obj, dict):
+        for name in NOLEAK_FIELDS:
+            value = obj.get(name)
+            if isinstance(value, str) and value.strip():
+                return value
+        return " ".join(str(v) for v in obj.values() if v is not None)
+    return str(obj)
+
+
 def _row_error(code: str, message: str) -> tuple:
     return (None, None, False, None, None, None, False, False, encode_row_error(code, message))
 
 
-def _fields(obj: dict) -> str:
+def _fields(obj: object) -> str:
+    if not isinstance(obj, dict):
+        return f"none (a {type(obj).__name__}, not an object)"
     names = list(obj)
     return ", ".join(map(str, names[:12])) + (", ..." if len(names) > 12 else "") or "(none)"
 
@@ -249,14 +302,18 @@ def parse_lines(
                 continue
             seq = pos[1]
             pos[1] += 1
-            if fmt == "txt":
+            if fmt == "txt" and not src.noleak:
                 text = line[:-1] if line.endswith("\r") else line
                 fields = (None, None, False, text, None, None, False, False, None)
             else:
                 try:
                     obj = loads(line)
                 except ValueError as exc:
-                    fields = _row_error(errors.BAD_FORMAT, f"invalid JSON in {{where}}: {exc}")
+                    if fmt == "txt":  # noleak reads a line that is not JSON as its text
+                        fields = (None, None, False, stripped, None, None, False, False, None)
+                    else:
+                        fields = _row_error(errors.BAD_FORMAT,
+                                            f"invalid JSON in {{where}}: {exc}")
                 else:
                     fields = parse_object(obj, src)
             _append(out, file, block, line_no, seq, fields, line if keep_raw else None)
@@ -330,7 +387,7 @@ def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = F
     from pyspark import StorageLevel
 
     files = list_files(spark, src)
-    if src.text_field is None and any(f != "txt" for _, f in files):
+    if src.text_field is None and not src.noleak and any(f != "txt" for _, f in files):
         raise LeakcheckError(
             errors.MISSING_FIELD, f"no text field given for {src.label}",
             "pass --text-field NAME (or -o NAME.text=FIELD); only .txt sources need none",
@@ -407,7 +464,16 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
     need("label field", src.label_field)
     if src.split is None and fmt != "hf":  # an HF dataset's splits are its own
         need("split field", src.split_field)
-    if not isinstance(schema[src.text_field], (T.StringType, T.NullType)):
+    candidates = []
+    if src.noleak and src.text_field is None:
+        candidates = [c for c in NOLEAK_FIELDS
+                      if c in schema and isinstance(schema[c], (T.StringType, T.NullType))]
+        if not candidates:
+            raise LeakcheckError(
+                errors.MISSING_FIELD, f"no text column in {where}: none of "
+                f"{', '.join(NOLEAK_FIELDS)} is a string column", "name it with --field NAME")
+    elif not src.noleak and not isinstance(schema[src.text_field],
+                                           (T.StringType, T.NullType)):
         raise LeakcheckError(
             errors.BAD_VALUE,
             f"field {src.text_field!r} of {src.path} is {schema[src.text_field].simpleString()}, "
@@ -436,7 +502,13 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         return F.col(original_column(columns.index(name)))
 
     null_str = F.lit(None).cast("string")
-    text = col(src.text_field).cast("string")
+    if candidates:  # noleak's rule: the first non-blank candidate, else all values joined
+        blank = F.lit(None).cast("string")
+        text = F.coalesce(
+            *[F.when(col(c).rlike(_NON_BLANK), col(c)).otherwise(blank) for c in candidates],
+            F.concat_ws(" ", *[col(c).cast("string") for c in columns]))
+    else:
+        text = col(src.text_field).cast("string")
     if src.id_field:
         id_type = schema[src.id_field]
         ident = col(src.id_field).cast("string")

@@ -151,13 +151,13 @@ def test_bom_is_accepted(cli, data):
     with gzip.open(data / "bom.jsonl.gz", "wb") as fh:
         fh.write(b'\xef\xbb\xbf{"func": "int a(){}"}\n')
     rc, stdout, _ = cli("audit", "-d", f"b={data / 'bom.jsonl'}", "-d", f"g={data / 'bom.jsonl.gz'}",
-                        "--text-field", "func", "--json", "-")
+                        "--text-field", "func", "--json")  # no FILE: stdout
     assert rc == 0 and json.loads(stdout)["split_matrix"]["b/all"]["g/all"]["count"] == 1
 
 
-def test_later_commands_say_not_available(cli):
-    rc, _, stderr = cli("check", "-d", "x=y")
-    assert rc == 2 and error_code(stderr) == "LC_E_USAGE" and "not available yet" in stderr
+def test_check_flags_are_its_own(cli):
+    rc, _, stderr = cli("check", "-d", "x=y", "--eval", "e.txt", "--train", "t.txt")
+    assert rc == 2 and error_code(stderr) == "LC_E_USAGE" and "check --help" in stderr
 
 
 def test_python_dash_m_entry_point(data):

@@ -31,6 +31,10 @@ def test_normalisation_is_noleaks():
 
     texts = TRICKY + random_texts(1, 300)
     assert normalize_series(pd.Series(texts)).tolist() == [normalize(t) for t in texts]
+    # Every code point, alone and in runs, between words: str.split() is noleak's \s+ and strip.
+    every = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    texts = [" x".join(every), "".join(c * 2 + "y" for c in every), "\x1c a\x1f\x85b\u3000 "]
+    assert normalize_series(pd.Series(texts)).tolist() == [normalize(t) for t in texts]
 
 
 def _expected(texts: list[str]) -> dict:
