@@ -167,7 +167,7 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         n = sum(g["records"] for g in groups.values())
         timer.lap("read", f"read {len(sources)} sources: {n:,} records in {len(groups)} groups")
         kg = match.key_groups(records)
-        edges = match.exact_edges(kg)
+        edges = match.exact_edges(match.copied_keys(kg))
         if options.near:
             near, near_cached = near_edges(records, options)
             cached += near_cached

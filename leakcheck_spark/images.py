@@ -497,7 +497,8 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     near = near.unionByName(pairs.select(F.col("other").alias("key"), F.col("key").alias("other"),
                                          F.lit("near").alias("match"), sim.alias("similarity")))
     kg = match.key_groups(records)
-    reached = match.reach(kg, match.exact_edges(kg).unionByName(near)).persist(level)
+    reached = match.reach(
+        kg, match.exact_edges(match.copied_keys(kg)).unionByName(near)).persist(level)
     groups, dataset_of = group_stats(records)
     groups = {g: {"images": v["records"], "unreadable": v["empty"]} for g, v in groups.items()}
     split_m, dataset_m = matrices({g: {"records": v["images"]} for g, v in groups.items()},

@@ -7,6 +7,7 @@ text with 100,000 copies is one row per group it occurs in, never 10^10 record p
 * :func:`exact_edges` -- a self-edge per key: records with equal keys match.  Near matching
   (a later stage) adds verified edges between different keys in the same (key, other, match,
   similarity) form, and everything downstream works unchanged.
+* :func:`copied_keys` -- the keys with more than one record, the only self-edges that matter.
 * :func:`reach` -- for each (key, group) every group its records match, and through which key.
 * :func:`split_counts`, :func:`dataset_counts` -- the matrix cells (small; collected by report).
 * :func:`overlaps` -- one row per (record, other group) with the 5 smallest matching ids.
@@ -46,6 +47,15 @@ def exact_edges(kg: DataFrame) -> DataFrame:
         "key", F.col("key").alias("other"), F.lit("exact").alias("match"),
         F.lit(1.0).alias("similarity"),
     )
+
+
+def copied_keys(kg: DataFrame) -> DataFrame:
+    """(key): the keys carried by at least two records of :func:`key_groups`.  Only their
+    self-edges can reach anything in :func:`reach` (a key's only record never matches itself),
+    so passing these to :func:`exact_edges` keeps most keys out of its joins."""
+    import pyspark.sql.functions as F
+
+    return kg.groupBy("key").agg(F.sum("n").alias("_n")).where(F.col("_n") >= 2).select("key")
 
 
 def reach(kg: DataFrame, edges: DataFrame) -> DataFrame:

@@ -6,9 +6,10 @@ Arrow batches (numpy on Arrow's own buffers, no per-row Python objects):
 1. :func:`representatives` -- one text per distinct key, the first record's in (dataset, row)
    order (records with equal normalised text are collapsed first, so a text with 100,000 copies
    is signed once, and the choice does not depend on partitioning).
-2. :func:`sign` -- per key, one 64-bit hash per LSH band of its MinHash signature
-   (``array<bigint>``: b values instead of P; the signature itself is never stored).
-3. :func:`buckets` -- the band buckets (band, band hash) holding more than one key; of buckets
+2. :func:`sign` -- per key, one 64-bit hash per LSH band of its MinHash signature (a row per
+   band: b values instead of P; the signature itself is never stored).
+3. :func:`buckets` -- the band buckets (band, band hash) holding more than one key, found by
+   sorting the band rows by bucket and reading off the runs; of buckets
    with exactly the same keys (a cluster of near-identical texts shares most bands) only the
    lowest band's is kept.
 4. :func:`member_sets` -- for every key in such a bucket: its shingle set (sorted unique 64-bit
@@ -114,7 +115,11 @@ def representatives(records: DataFrame, sides: Column | None = None) -> DataFram
 
 
 def sign(reps: DataFrame, opts: Options) -> DataFrame:
-    """(key, bands array<bigint>[, side]) for every representative with at least one shingle."""
+    """(id, band, h[, side]): a row per LSH band of every representative with at least one
+    shingle -- its key's :func:`key_id`, the band's number and the band's 64-bit hash.
+
+    Rows rather than an ``array<bigint>`` per key: the next stage groups by band hash, and
+    flat long columns go from Arrow to Spark's sorter with no explode in between."""
     import pyarrow as pa
 
     bands, _ = lsh_layout(opts.threshold, opts.num_perm)
@@ -123,14 +128,16 @@ def sign(reps: DataFrame, opts: Options) -> DataFrame:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in batches:
             hashes, shingles = sign_batch(rb.column("text"), opts)
-            keep = pa.array(np.flatnonzero(shingles.sizes() > 0))
+            keep = np.flatnonzero(shingles.sizes() > 0)
             yield pa.RecordBatch.from_arrays(
-                [rb.column("key").take(keep), _list_array(hashes[keep].ravel(), bands),
-                 *[rb.column(c).take(keep) for c in extra]],
-                names=["key", "bands", *extra])
+                [pa.array(np.repeat(rb.column("id").to_numpy()[keep], bands)),
+                 pa.array(np.tile(np.arange(bands, dtype=np.int32), len(keep))),
+                 pa.array(hashes[keep].ravel()),
+                 *[pa.array(np.repeat(rb.column(c).to_numpy()[keep], bands)) for c in extra]],
+                names=["id", "band", "h", *extra])
 
-    return reps.select("key", "text", *extra).mapInArrow(
-        run, "key binary, bands array<bigint>" + "".join(f", {c} int" for c in extra))
+    return reps.select(key_id().alias("id"), "text", *extra).mapInArrow(
+        run, "id bigint, band int, h bigint" + "".join(f", {c} int" for c in extra))
 
 
 def key_id() -> Column:
@@ -144,18 +151,40 @@ def key_id() -> Column:
 
 def buckets(signed: DataFrame) -> DataFrame:
     """(band, h, ids): every band bucket with more than one key id, the ids sorted.  When the
-    keys carry a `side` (:func:`representatives`), only buckets holding keys of both sides."""
-    import pyspark.sql.functions as F
+    keys carry a `side` (:func:`representatives`), only buckets holding keys of both sides.
+
+    Most buckets hold one key (7.2M band rows, 95k shared buckets on the 501k-record corpus), so
+    the rows are sorted by bucket and the runs read off in numpy: 9.5 s there against 23.6 s for
+    a ``collect_set`` aggregation by bucket, which builds an object for every bucket."""
+    import pyarrow as pa
 
     both = "side" in signed.columns
-    side = [F.col("side")] if both else []
-    grouped = (signed.select(key_id().alias("id"), *side,
-                             F.posexplode("bands").alias("band", "h"))
-               .groupBy("band", "h").agg(F.array_sort(F.collect_set("id")).alias("ids"),
-                                         *([F.bit_or("side").alias("side")] if both else [])))
-    if both:
-        grouped = grouped.where(F.col("side") == 3).drop("side")
-    return grouped.where(F.size("ids") > 1)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for rb in _whole_buckets(batches):
+            band = rb.column("band").to_numpy()
+            h = rb.column("h").to_numpy()
+            ids = rb.column("id").to_numpy()
+            same_bucket = np.zeros(len(h), dtype=bool)
+            same_bucket[1:] = (h[1:] == h[:-1]) & (band[1:] == band[:-1])
+            first = ~same_bucket
+            new_id = first.copy()
+            new_id[1:] |= ids[1:] != ids[:-1]  # ids are sorted within a bucket
+            starts = np.flatnonzero(first)
+            distinct = np.add.reduceat(new_id.astype(np.int64), starts)
+            keep = distinct > 1
+            if both:
+                keep &= np.bitwise_or.reduceat(rb.column("side").to_numpy(), starts) == 3
+            rows = new_id & np.repeat(keep, np.diff(np.append(starts, len(h))))
+            offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int32)
+            np.cumsum(distinct[keep], out=offsets[1:])
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(band[starts[keep]]), pa.array(h[starts[keep]]),
+                 pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids[rows]))],
+                names=["band", "h", "ids"])
+
+    return (signed.repartition("h").sortWithinPartitions("h", "band", "id")
+            .mapInArrow(run, "band int, h bigint, ids array<bigint>"))
 
 
 def distinct_buckets(bucketed: DataFrame) -> DataFrame:
@@ -234,13 +263,16 @@ def _excl_cumsum(sizes: np.ndarray) -> np.ndarray:
     return out
 
 
-def _gather(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(positions of the values of `rows`, in order; the pair index of each) for sets laid out
-    by `offsets`."""
+def _tagged(offsets: np.ndarray, rows: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """The values of sets `rows` (laid out by `offsets`), in order, each as
+    ``(index in rows) << 32 | rank``: one sorted run (in place where possible: these arrays are
+    the bulk of verification's memory traffic)."""
     sizes = offsets[rows + 1] - offsets[rows]
-    starts = _excl_cumsum(sizes)
-    pair = np.repeat(np.arange(len(rows), dtype=np.int64), sizes)
-    return np.repeat(offsets[rows] - starts[:-1], sizes) + np.arange(starts[-1]), pair
+    pos = np.repeat(offsets[rows] - (np.cumsum(sizes) - sizes), sizes)
+    pos += np.arange(len(pos))
+    out = np.repeat(np.arange(len(rows), dtype=np.uint64) << np.uint64(32), sizes)
+    out |= ranks[pos]
+    return out
 
 
 def intersection_sizes(ranks: np.ndarray, offsets: np.ndarray, i: np.ndarray,
@@ -255,15 +287,12 @@ def intersection_sizes(ranks: np.ndarray, offsets: np.ndarray, i: np.ndarray,
     ...                    np.array([0, 1]), np.array([2, 2]))
     array([2, 0])
     """
-    ranks = ranks.astype(np.uint64, copy=False)
-    runs = []
-    for rows in (i, j):
-        pos, pair = _gather(offsets, rows)
-        runs.append((pair.astype(np.uint64) << np.uint64(32)) | ranks[pos])
-    merged = np.concatenate(runs)
+    ranks = ranks.view(np.uint64) if ranks.dtype == np.int64 else ranks.astype(np.uint64)
+    merged = np.concatenate([_tagged(offsets, i, ranks), _tagged(offsets, j, ranks)])
     merged.sort(kind="stable")
-    shared = merged[1:][merged[1:] == merged[:-1]] >> np.uint64(32)
-    return np.bincount(shared.astype(np.int64), minlength=len(i))
+    shared = merged[1:][merged[1:] == merged[:-1]]
+    shared >>= np.uint64(32)
+    return np.bincount(shared.view(np.int64), minlength=len(i))
 
 
 # Pairs enumerated at once, and shingles gathered at once per side, in verification: bounds the
@@ -318,7 +347,7 @@ def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
     windowed[np.repeat(np.arange(n), np.diff(woff)), wl.values.to_numpy()[woff[0]:woff[-1]]] = True
     values, offsets = _unpacked(rb.column("shingles"))
     # Dense ranks keep the order of the hashes and fit in 32 bits (see intersection_sizes).
-    ranks = np.unique(values, return_inverse=True)[1].reshape(-1)
+    ranks = np.unique(values, return_inverse=True)[1].reshape(-1).astype(np.uint64)
     lengths = np.diff(offsets)
     earlier = np.arange(nb)[None, :] < band[:, None]
     keys = rb.column("key")
@@ -347,7 +376,8 @@ def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
 
 
 def _whole_buckets(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Re-cut a stream of batches sorted by (band, h) so that no bucket spans two batches."""
+    """Re-cut a stream of batches whose rows are grouped by bucket (`band`, `h`) so that no
+    bucket spans two batches."""
     import pyarrow as pa
 
     held: list[pa.RecordBatch] = []

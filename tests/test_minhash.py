@@ -30,8 +30,9 @@ def texts_of(lists: list[list[str]]) -> list[str]:
     return [" ".join(toks) for toks in lists]
 
 
-def test_batch_hashes_are_the_reference_shingle_sets():
-    lists = corpus()
+@pytest.mark.parametrize("min_tokens", [0, 5])  # with texts shorter than K, and without
+def test_batch_hashes_are_the_reference_shingle_sets(min_tokens):
+    lists = [toks for toks in corpus() if len(toks) >= min_tokens]
     batch = mh.shingle_batch(texts_of(lists), 5)
     assert len(batch) == len(lists)
     for i, toks in enumerate(lists):
