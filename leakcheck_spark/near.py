@@ -165,12 +165,10 @@ def buckets(signed: DataFrame) -> DataFrame:
             band = rb.column("band").to_numpy()
             h = rb.column("h").to_numpy()
             ids = rb.column("id").to_numpy()
-            same_bucket = np.zeros(len(h), dtype=bool)
-            same_bucket[1:] = (h[1:] == h[:-1]) & (band[1:] == band[:-1])
-            first = ~same_bucket
-            new_id = first.copy()
-            new_id[1:] |= ids[1:] != ids[:-1]  # ids are sorted within a bucket
-            starts = np.flatnonzero(first)
+            starts = _bucket_starts(band, h)
+            new_id = np.ones(len(h), dtype=bool)  # ids are sorted within a bucket
+            new_id[1:] = ids[1:] != ids[:-1]
+            new_id[starts] = True
             distinct = np.add.reduceat(new_id.astype(np.int64), starts)
             keep = distinct > 1
             if both:
@@ -314,6 +312,13 @@ def _pair_steps(partners: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]
         lo = hi
 
 
+def _bucket_starts(band: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Row positions where a new bucket (`band`, `h`) begins, for rows grouped by bucket."""
+    new = np.ones(len(h), dtype=bool)
+    new[1:] = (band[1:] != band[:-1]) | (h[1:] != h[:-1])
+    return np.flatnonzero(new)
+
+
 def bucket_partners(rb: pa.RecordBatch, full_bucket: int) -> tuple[np.ndarray, np.ndarray]:
     """For rows sorted by bucket (`band`, `h`): the bucket sizes, and per row how many of the
     rows after it in its bucket it is paired with (all of them in a full bucket, its window in a
@@ -321,9 +326,7 @@ def bucket_partners(rb: pa.RecordBatch, full_bucket: int) -> tuple[np.ndarray, n
     n = rb.num_rows
     band = rb.column("band").to_numpy()
     h = rb.column("h").to_numpy()
-    new = np.ones(n, dtype=bool)
-    new[1:] = (band[1:] != band[:-1]) | (h[1:] != h[:-1])
-    starts = np.flatnonzero(new)
+    starts = _bucket_starts(band, h)
     sizes = np.diff(np.append(starts, n))
     local = np.arange(n) - np.repeat(starts, sizes)
     return sizes, np.minimum(np.repeat(sizes, sizes) - 1 - local,
@@ -347,7 +350,7 @@ def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
     windowed[np.repeat(np.arange(n), np.diff(woff)), wl.values.to_numpy()[woff[0]:woff[-1]]] = True
     values, offsets = _unpacked(rb.column("shingles"))
     # Dense ranks keep the order of the hashes and fit in 32 bits (see intersection_sizes).
-    ranks = np.unique(values, return_inverse=True)[1].reshape(-1).astype(np.uint64)
+    ranks = np.unique(values, return_inverse=True)[1].reshape(-1)
     lengths = np.diff(offsets)
     earlier = np.arange(nb)[None, :] < band[:, None]
     keys = rb.column("key")
