@@ -166,7 +166,9 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         int_groups = {g for g, d in dataset_of.items() if d in blocks.int_datasets}
         n = sum(g["records"] for g in groups.values())
         timer.lap("read", f"read {len(sources)} sources: {n:,} records in {len(groups)} groups")
-        kg = match.key_groups(records)
+        # Read three times (copied keys, both sides of reach): cached, so computed once.
+        kg = match.key_groups(records).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(kg)
         edges = match.exact_edges(match.copied_keys(kg))
         if options.near:
             near, near_cached = near_edges(records, options)

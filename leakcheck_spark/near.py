@@ -108,10 +108,16 @@ def representatives(records: DataFrame, sides: Column | None = None) -> DataFram
     """(key, text): one text per non-empty key, the first record's in (dataset, row) order.
     With `sides` (a bit per record, 1 or 2), also `side`: the bits of the key's records."""
     import pyspark.sql.functions as F
+    from pyspark.sql import Window
 
-    side = [] if sides is None else [F.bit_or(sides).alias("side")]
-    return (records.where(F.col("key").isNotNull()).groupBy("key")
-            .agg(F.min_by("text", F.struct("dataset", "row")).alias("text"), *side))
+    # A window rather than ``min_by(text, ...)`` per key: the texts are sorted once, after the
+    # shuffle (the aggregation also sorts them before it, for its partial step).
+    by_key = Window.partitionBy("key")
+    first = F.row_number().over(by_key.orderBy("dataset", "row")) == 1
+    side = [] if sides is None else [F.bit_or(sides).over(by_key).alias("side")]
+    return (records.where(F.col("key").isNotNull())
+            .select("key", "text", *side, first.alias("_first"))
+            .where("_first").drop("_first"))
 
 
 def sign(reps: DataFrame, opts: Options) -> DataFrame:
