@@ -54,10 +54,10 @@ def main() -> None:
     print("noleak:", " ".join(theirs_cmd))
     size = (train.stat().st_size + ev.stat().st_size) / 1e6
     rows = []
-    wall, peak, _ = run(ours_cmd)
+    wall, peak, *_ = run(ours_cmd)
     ours = json.loads((tmp / "ours.json").read_text())
     rows.append(("check", "leakcheck-spark", wall, peak))
-    wall, peak, _ = run(theirs_cmd, stdout=str(tmp / "noleak.json"))
+    wall, peak, *_ = run(theirs_cmd, stdout=str(tmp / "noleak.json"))
     theirs = json.loads((tmp / "noleak.json").read_text())
     rows.append(("check", "noleak", wall, peak))
     same = True
@@ -77,7 +77,7 @@ def main() -> None:
               "-d", f"train={train}", "-d", f"eval={ev}", "--text-field", "func",
               "--json", str(tmp / "fp.json")]
     print("\nours:  ", " ".join(fp_cmd))
-    wall, peak, _ = run(fp_cmd, ok=(0,))
+    wall, peak, *_ = run(fp_cmd, ok=(0,))
     prints = json.loads((tmp / "fp.json").read_text())["fingerprints"]
     rows.append(("fingerprint", "leakcheck-spark", wall, peak))
     total_wall, total_peak = 0.0, 0
@@ -85,7 +85,7 @@ def main() -> None:
         cmd = [sys.executable, "-c", NOLEAK, "fingerprint", str(path), "--field", "func",
                "--json"]
         print("noleak:", " ".join(cmd))
-        wall, peak, _ = run(cmd, ok=(0,), stdout=str(tmp / "fp-noleak.json"))
+        wall, peak, *_ = run(cmd, ok=(0,), stdout=str(tmp / "fp-noleak.json"))
         total_wall, total_peak = total_wall + wall, max(total_peak, peak)
         b = json.loads((tmp / "fp-noleak.json").read_text())
         same &= all(prints[name][k] == b[k] for k in FP_KEYS)

@@ -36,7 +36,7 @@ def main() -> None:
            "-d", f"datasetB:test={c}/datasetB/test.jsonl",
            "--text-field", "func", "--label-field", "target", "--id-field", "id",
            "--normalizer", args.normalizer, "--out-dir", out_dir]
-    wall, peak, _ = run(cmd)
+    wall, peak, *_ = run(cmd)
     report = json.loads(Path(out_dir, "report.json").read_text())
     records = sum(g["records"] for g in report["groups"].values())
     size = sum(f.stat().st_size for f in c.glob("dataset*/*.jsonl"))

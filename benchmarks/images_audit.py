@@ -167,7 +167,7 @@ def main() -> None:
            *[a for d in ("train", "val", "test") for a in ("-d", f"icons:{d}={args.corpus / d}")],
            "--threshold", str(args.threshold), "--out-dir", str(work / "report"),
            "--resplit-out", str(work / "resplit.csv")]
-    wall, peak, _ = run(cmd)
+    wall, peak, *_ = run(cmd)
     report = json.loads((work / "report" / "report.json").read_text())
     n = report["total_images"]
     print("command:", " ".join(cmd))

@@ -3,7 +3,9 @@
     python benchmarks/near_audit.py /tmp/corpus-100k [--sample 2000] [--peers datasketch,mllib]
 
 On the same input (a corpus written by ../shared/bench/make_corpus.py, 4 groups) it runs, each in
-its own process so wall time and peak memory (PSS of the process tree) are measured alike:
+its own process so wall time and peak memory (PSS of the process tree; also of the launched
+Python process alone -- for ours the Python driver, where anything collected would land -- and of
+the JVM) are measured alike:
 
 * ours       -- ``leakcheck-spark audit --near`` (local mode, all cores, full report written);
 * datasketch -- ``datasketch.MinHashLSH`` (the single-machine peer): MinHash every record, insert,
@@ -173,11 +175,12 @@ def ours(corpus: Path, work: Path) -> tuple[dict, set]:
         name, split = g.split("/")
         cmd += ["-d", f"{name}:{split}={corpus / g}.jsonl"]
     cmd += ["--text-field", "func", "--id-field", "id", "--out-dir", str(out_dir)]
-    wall, peak, _ = run(cmd)
+    m = run(cmd)
     import pyarrow.parquet as pq
 
     table = pq.read_table(out_dir / "overlaps").to_pylist()
-    return {"wall": wall, "peak": peak, "cmd": " ".join(cmd)}, table
+    return {"wall": m.wall, "peak": m.peak, "driver": m.own_peak, "jvm": m.java_peak,
+            "cmd": " ".join(cmd)}, table
 
 
 def main() -> None:
@@ -200,8 +203,9 @@ def main() -> None:
     print(f"input: {n:,} records from {args.corpus}")
     figures = {}
     figures["ours"], overlaps = ours(args.corpus, work)
-    print(f"ours: {figures['ours']['wall']:.1f} s, peak {figures['ours']['peak'] / 2**30:.2f} GiB",
-          flush=True)
+    mine = figures["ours"]
+    print(f"ours: {mine['wall']:.1f} s, peak {mine['peak'] / 2**30:.2f} GiB (Python driver "
+          f"{mine['driver'] / 2**30:.2f}, JVM {mine['jvm'] / 2**30:.2f})", flush=True)
     row_of = {(g, i): r for r, (g, i) in enumerate(zip(groups, ids))}
     reported = {"ours": {(row_of[o["from"], o["id"]], o["to"]): o["similarity"] for o in overlaps}}
     for peer in [p for p in args.peers.split(",") if p]:
@@ -209,13 +213,13 @@ def main() -> None:
         cmd = [sys.executable, __file__, str(args.corpus), "--run-peer", peer, "--peer-out",
                str(out)]
         try:
-            wall, peak, _ = run(cmd, timeout=args.timeout, ok=(0,))
+            m = run(cmd, timeout=args.timeout, ok=(0,))
         except TimeoutError:
             figures[peer] = {"wall": None, "note": f"stopped after {args.timeout:.0f} s"}
             print(f"{peer}: did not finish in {args.timeout:.0f} s")
             continue
-        figures[peer] = {"wall": wall, "peak": peak}
-        print(f"{peer}: {wall:.1f} s, peak {peak / 2**30:.2f} GiB", flush=True)
+        figures[peer] = {"wall": m.wall, "peak": m.peak, "driver": m.own_peak, "jvm": m.java_peak}
+        print(f"{peer}: {m.wall:.1f} s, peak {m.peak / 2**30:.2f} GiB", flush=True)
         reported[peer] = {(i, g): j for i, g, j in json.loads(out.read_text())}
 
     # Ground truth on a fixed sample of test records.
@@ -239,8 +243,8 @@ def main() -> None:
           f"{sum(j >= 0.8 for j in best.values()):,}; >= 0.9: "
           f"{sum(j >= 0.9 for j in best.values()):,}")
     print()
-    print(f"{'run':<11} {'wall s':>8} {'records/s':>10} {'peak GiB':>9} {'recall@0.8':>11} "
-          f"{'recall@0.9':>11} {'precision':>10}")
+    print(f"{'run':<11} {'wall s':>8} {'records/s':>10} {'peak GiB':>9} {'driver':>7} "
+          f"{'JVM':>6} {'recall@0.8':>11} {'recall@0.9':>11} {'precision':>10}")
     for name, fig in figures.items():
         if fig.get("wall") is None:
             print(f"{name:<11} {'-':>8} {fig['note']}")
@@ -250,8 +254,11 @@ def main() -> None:
         r9 = [k in rep for k, j in best.items() if j >= 0.9]
         good = [best.get(k, 0.0) >= THRESHOLD and v <= best[k] + 1e-12 for k, v in rep.items()]
         print(f"{name:<11} {fig['wall']:>8.1f} {n / fig['wall']:>10,.0f} "
-              f"{fig['peak'] / 2**30:>9.2f} {np.mean(r8):>11.4f} {np.mean(r9):>11.4f} "
+              f"{fig['peak'] / 2**30:>9.2f} {fig['driver'] / 2**30:>7.2f} "
+              f"{fig['jvm'] / 2**30:>6.2f} {np.mean(r8):>11.4f} {np.mean(r9):>11.4f} "
               f"{(np.mean(good) if good else math.nan):>10.4f}")
+    print("(peak: PSS of the whole process tree; driver: of the launched Python process alone, "
+          "where anything collected would land; JVM: of the Java processes in the tree, GiB)")
     print()
     print("ours:", figures["ours"]["cmd"])
 

@@ -67,7 +67,7 @@ def main() -> None:
     cmd = [sys.executable, "-m", "leakcheck_spark", "audit", "--near", "--quiet",
            "-d", f"boiler:train={work / 'train.jsonl'}", "-d", f"boiler:test={work / 'test.jsonl'}",
            "--text-field", "func", "--id-field", "id", "--out-dir", str(out)]
-    wall, peak, _ = run(cmd, timeout=args.timeout)
+    wall, peak, *_ = run(cmd, timeout=args.timeout)
     report = json.loads((out / "report.json").read_text())
     cell = report["split_matrix"]["boiler/test"]["boiler/train"]
     print("command:", " ".join(cmd))
