@@ -110,14 +110,16 @@ def representatives(records: DataFrame, sides: Column | None = None) -> DataFram
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
-    # A window rather than ``min_by(text, ...)`` per key: the texts are sorted once, after the
-    # shuffle (the aggregation also sorts them before it, for its partial step).
-    by_key = Window.partitionBy("key")
-    first = F.row_number().over(by_key.orderBy("dataset", "row")) == 1
-    side = [] if sides is None else [F.bit_or(sides).over(by_key).alias("side")]
-    return (records.where(F.col("key").isNotNull())
-            .select("key", "text", *side, first.alias("_first"))
-            .where("_first").drop("_first"))
+    # A row_number window rather than ``min_by(text, ...)`` per key: Spark limits it to each
+    # key's first row before the shuffle too (a key with 100,000 copies ships one text per
+    # task), and the texts are sorted less often than for the aggregation.
+    kept = records.where(F.col("key").isNotNull())
+    first = F.row_number().over(Window.partitionBy("key").orderBy("dataset", "row"))
+    reps = kept.select("key", "text", first.alias("_n")).where("_n = 1").drop("_n")
+    if sides is None:
+        return reps
+    # The sides of all of a key's records, aggregated apart (no text moves for them).
+    return reps.join(kept.groupBy("key").agg(F.bit_or(sides).alias("side")), "key")
 
 
 def sign(reps: DataFrame, opts: Options) -> DataFrame:
