@@ -110,9 +110,9 @@ def representatives(records: DataFrame, sides: Column | None = None) -> DataFram
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
-    # A row_number window rather than ``min_by(text, ...)`` per key: Spark limits it to each
-    # key's first row before the shuffle too (a key with 100,000 copies ships one text per
-    # task), and the texts are sorted less often than for the aggregation.
+    # A row_number window rather than ``min_by(text, ...)`` per key: Spark keeps only each key's
+    # first row on both sides of the shuffle (a key with 100,000 copies ships one text per task),
+    # as the partial aggregation did, at a lower cost (benchmarks/RESULTS.md).
     kept = records.where(F.col("key").isNotNull())
     first = F.row_number().over(Window.partitionBy("key").orderBy("dataset", "row"))
     reps = kept.select("key", "text", first.alias("_n")).where("_n = 1").drop("_n")
