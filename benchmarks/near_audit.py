@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import run
+from _common import Measured, run
 
 GROUPS = ("datasetA/train", "datasetA/test", "datasetB/train", "datasetB/test")
 THRESHOLD = 0.8
@@ -168,7 +168,7 @@ def peer_mllib(corpus: Path, out: Path) -> None:
 # --- orchestration ---------------------------------------------------------------------------
 
 
-def ours(corpus: Path, work: Path) -> tuple[dict, set]:
+def ours(corpus: Path, work: Path) -> tuple[Measured, str, list]:
     out_dir = work / "ours"
     cmd = [sys.executable, "-m", "leakcheck_spark", "audit", "--near", "--quiet"]
     for g in GROUPS:
@@ -178,9 +178,7 @@ def ours(corpus: Path, work: Path) -> tuple[dict, set]:
     m = run(cmd)
     import pyarrow.parquet as pq
 
-    table = pq.read_table(out_dir / "overlaps").to_pylist()
-    return {"wall": m.wall, "peak": m.peak, "driver": m.own_peak, "jvm": m.java_peak,
-            "cmd": " ".join(cmd)}, table
+    return m, " ".join(cmd), pq.read_table(out_dir / "overlaps").to_pylist()
 
 
 def main() -> None:
@@ -201,11 +199,11 @@ def main() -> None:
     groups, ids, texts = load(args.corpus)
     n = len(texts)
     print(f"input: {n:,} records from {args.corpus}")
-    figures = {}
-    figures["ours"], overlaps = ours(args.corpus, work)
+    figures: dict[str, Measured | None] = {}
+    figures["ours"], our_cmd, overlaps = ours(args.corpus, work)
     mine = figures["ours"]
-    print(f"ours: {mine['wall']:.1f} s, peak {mine['peak'] / 2**30:.2f} GiB (Python driver "
-          f"{mine['driver'] / 2**30:.2f}, JVM {mine['jvm'] / 2**30:.2f})", flush=True)
+    print(f"ours: {mine.wall:.1f} s, peak {mine.peak / 2**30:.2f} GiB (Python driver "
+          f"{mine.own_peak / 2**30:.2f}, JVM {mine.java_peak / 2**30:.2f})", flush=True)
     row_of = {(g, i): r for r, (g, i) in enumerate(zip(groups, ids))}
     reported = {"ours": {(row_of[o["from"], o["id"]], o["to"]): o["similarity"] for o in overlaps}}
     for peer in [p for p in args.peers.split(",") if p]:
@@ -215,10 +213,10 @@ def main() -> None:
         try:
             m = run(cmd, timeout=args.timeout, ok=(0,))
         except TimeoutError:
-            figures[peer] = {"wall": None, "note": f"stopped after {args.timeout:.0f} s"}
+            figures[peer] = None
             print(f"{peer}: did not finish in {args.timeout:.0f} s")
             continue
-        figures[peer] = {"wall": m.wall, "peak": m.peak, "driver": m.own_peak, "jvm": m.java_peak}
+        figures[peer] = m
         print(f"{peer}: {m.wall:.1f} s, peak {m.peak / 2**30:.2f} GiB", flush=True)
         reported[peer] = {(i, g): j for i, g, j in json.loads(out.read_text())}
 
@@ -246,21 +244,21 @@ def main() -> None:
     print(f"{'run':<11} {'wall s':>8} {'records/s':>10} {'peak GiB':>9} {'driver':>7} "
           f"{'JVM':>6} {'recall@0.8':>11} {'recall@0.9':>11} {'precision':>10}")
     for name, fig in figures.items():
-        if fig.get("wall") is None:
-            print(f"{name:<11} {'-':>8} {fig['note']}")
+        if fig is None:
+            print(f"{name:<11} {'-':>8} stopped after {args.timeout:.0f} s")
             continue
         rep = {k: v for k, v in reported.get(name, {}).items() if k[0] in sample_set}
         r8 = [k in rep for k, j in best.items() if j >= 0.8]
         r9 = [k in rep for k, j in best.items() if j >= 0.9]
         good = [best.get(k, 0.0) >= THRESHOLD and v <= best[k] + 1e-12 for k, v in rep.items()]
-        print(f"{name:<11} {fig['wall']:>8.1f} {n / fig['wall']:>10,.0f} "
-              f"{fig['peak'] / 2**30:>9.2f} {fig['driver'] / 2**30:>7.2f} "
-              f"{fig['jvm'] / 2**30:>6.2f} {np.mean(r8):>11.4f} {np.mean(r9):>11.4f} "
+        print(f"{name:<11} {fig.wall:>8.1f} {n / fig.wall:>10,.0f} "
+              f"{fig.peak / 2**30:>9.2f} {fig.own_peak / 2**30:>7.2f} "
+              f"{fig.java_peak / 2**30:>6.2f} {np.mean(r8):>11.4f} {np.mean(r9):>11.4f} "
               f"{(np.mean(good) if good else math.nan):>10.4f}")
     print("(peak: PSS of the whole process tree; driver: of the launched Python process alone, "
           "where anything collected would land; JVM: of the Java processes in the tree, GiB)")
     print()
-    print("ours:", figures["ours"]["cmd"])
+    print("ours:", our_cmd)
 
 
 if __name__ == "__main__":
