@@ -8,7 +8,9 @@ import random
 
 import numpy as np
 import pyarrow as pa
+import pyspark.sql.functions as F
 import pytest
+from chispa import assert_df_equality
 from conftest import spark_conf, write_jsonl
 
 from leakcheck_spark import Options, Source, audit, near
@@ -134,6 +136,27 @@ def test_every_pair_sharing_a_full_bucket_is_verified_once(spark, tmp_path):
     must = {(i, j) for m in buckets.values() if len(m) <= full
             for i, j in itertools.combinations(m, 2) if jaccard(texts[i], texts[j]) >= 0.7}
     assert must and must <= set(one_way)
+
+
+def test_each_key_is_represented_by_its_first_records_text(spark, tmp_path):
+    # "a b" and "ab" share a key under the whitespace normaliser but not their tokens, so which
+    # record's text is signed matters: the first in (dataset, row) order, on any partitioning,
+    # with the sides of all of a key's records.
+    rows = [("b", 0, "ab", 1), ("a", 1, "a  b", 2), ("a", 0, "a b", 2), ("a", 2, "c d", 1),
+            ("b", 1, "", 1)]
+    write_jsonl(tmp_path / "r.jsonl", [dict(zip(("dataset", "row", "text", "s"), r))
+                                       for r in rows])
+    df = with_keys(spark.read.json(str(tmp_path / "r.jsonl")))
+    expected = with_keys(spark.createDataFrame([("a b", 3), ("c d", 1)], "text string, side int"))
+    for parts in (1, 7):
+        with spark_conf(spark, **{"spark.sql.shuffle.partitions": parts}):
+            shuffled = df.repartition(parts)
+            assert_df_equality(
+                near.representatives(shuffled, F.col("s").cast("int")).select("key", "text", "side"),
+                expected.select("key", "text", "side"), ignore_row_order=True, ignore_nullable=True)
+            assert_df_equality(near.representatives(shuffled).select("key", "text"),
+                               expected.select("key", "text"), ignore_row_order=True,
+                               ignore_nullable=True)
 
 
 def test_buckets_are_never_split_across_batches():
