@@ -211,12 +211,11 @@ def main() -> None:
     n = len(texts)
     print(f"input: {n:,} records from {args.corpus}")
     row_of = {(g, i): r for r, (g, i) in enumerate(zip(groups, ids))}
-    figures: dict[str, list[Measured] | None] = {"ours": []}
-    reported: dict[str, dict] = {}
     peers = [p for p in args.peers.split(",") if p]
-    for peer in peers:
-        figures[peer] = []
-    for round_no in range(max(args.repeat, 1)):
+    # Each run's measured rounds; a peer with none was stopped in the first round.
+    figures: dict[str, list[Measured]] = {name: [] for name in ["ours", *peers]}
+    reported: dict[str, dict] = {}
+    for round_no in range(args.repeat):
         tag = f" (round {round_no + 1} of {args.repeat})" if args.repeat > 1 else ""
         mine, our_cmd, overlaps = ours(args.corpus, work, round_no)
         figures["ours"].append(mine)
@@ -226,7 +225,7 @@ def main() -> None:
         if reported.setdefault("ours", found) != found:
             sys.exit(f"ours: round {round_no + 1} reported other overlaps than round 1")
         for peer in peers:
-            if figures[peer] is None:  # stopped in the first round: not run again
+            if round_no and not figures[peer]:  # stopped in the first round: not run again
                 continue
             out = work / f"{peer}.json"
             cmd = [sys.executable, __file__, str(args.corpus), "--run-peer", peer,
@@ -235,8 +234,6 @@ def main() -> None:
                 m = run(cmd, timeout=args.timeout, ok=(0,))
             except TimeoutError:
                 print(f"{peer}{tag}: did not finish in {args.timeout:.0f} s")
-                if not figures[peer]:
-                    figures[peer] = None
                 continue
             figures[peer].append(m)
             print(f"{peer}{tag}: {m.wall:.1f} s, peak {m.peak / 2**30:.2f} GiB", flush=True)
@@ -284,10 +281,11 @@ def main() -> None:
         print(f"{name:<11} {wall:>8.1f} {spread:>13} {n / wall:>10,.0f} {peak:>9.2f} "
               f"{own:>7.2f} {java:>6.2f} {np.mean(r8):>11.4f} {np.mean(r9):>11.4f} "
               f"{(np.mean(good) if good else math.nan):>10.4f}")
-    rounds = f"median of {args.repeat} rounds, " if args.repeat > 1 else ""
-    print(f"(wall: {rounds}range: fastest-slowest round; peak: PSS of the whole process tree, "
-          "highest of the rounds; driver: of the launched Python process alone, where anything "
-          "collected would land; JVM: of the Java processes in the tree, GiB)")
+    rounds = (f"wall: median of {args.repeat} rounds, range: fastest-slowest round; peaks: "
+              "highest of the rounds; " if args.repeat > 1 else "")
+    print(f"({rounds}peak: PSS of the whole process tree; driver: of the launched Python process "
+          "alone, where anything collected would land; JVM: of the Java processes in the tree, "
+          "GiB)")
     print()
     print("ours:", our_cmd)
 
