@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -10,11 +9,11 @@ from typing import TYPE_CHECKING, Sequence
 
 from leakcheck_spark import match, outputs, report
 from leakcheck_spark.errors import LeakcheckError, from_spark_exception
-from leakcheck_spark.fingerprint import fingerprints
+from leakcheck_spark.fingerprint import FP_COLUMN, fingerprints
 from leakcheck_spark.near import near_edges, near_progress
-from leakcheck_spark.normalize import with_keys
+from leakcheck_spark.normalize import key_column
 from leakcheck_spark.options import Options, Source
-from leakcheck_spark.sources import read_records
+from leakcheck_spark.sources import Derived, read_records
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -117,21 +116,14 @@ class AuditResult:
         log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)
 
 
-def keyed(df: DataFrame, options: Options, fingerprint: bool = True) -> DataFrame:
-    """Parsed rows with their `key`.  Past keying, exact matching only shows a conflict's sample
-    text (200 characters): caching just that much keeps the cached input small.  ``--near`` signs
-    the full texts, so they stay."""
-    import pyspark.sql.functions as F
-
-    from leakcheck_spark.fingerprint import digest_column
-
-    # The fingerprint digest of the whole text (not truncated by --max-chars: it names the data).
-    df = with_keys(df, options.normalizer, options.lang, options.max_chars)
-    if fingerprint:
-        df = df.withColumn("fp", digest_column())
-    if options.near:
-        return df
-    return df.withColumn("text", F.substring("text", 1, match.SAMPLE_TEXT_CHARS))
+def keyed(options: Options, fingerprint: bool = True) -> Derived:
+    """What the read derives: each record's `key` (and its fingerprint digest `fp`, of the whole
+    text: not cut by --max-chars, it names the data).  Past keying, exact matching only shows a
+    conflict's sample text (200 characters): keeping just that much keeps the cached input small.
+    ``--near`` signs the full texts, so they stay."""
+    key = key_column(options.normalizer, options.lang, options.max_chars)
+    return Derived((key, FP_COLUMN) if fingerprint else (key,),
+                   None if options.near else match.SAMPLE_TEXT_CHARS)
 
 
 @spark_action
@@ -157,8 +149,7 @@ def audit(sources: Sequence[Source], options: Options | None = None,
     sources = list(sources)
     timer = Timer()
 
-    records, frames, blocks = read_records(spark, sources, options,
-                                           prepare=functools.partial(keyed, options=options))
+    records, frames, blocks = read_records(spark, sources, options, derived=keyed(options))
     cached = [part for frame in frames for _, part in frame.parts]
     reached = None
     try:
@@ -192,7 +183,7 @@ def audit(sources: Sequence[Source], options: Options | None = None,
                            for r in _sample(conflicts.withColumn(
                                "members", F.slice("members", 1, report.SAMPLE_MEMBERS)), ("key",))]
         timer.lap("label_conflicts", f"label conflicts: {conflict_count:,}")
-        prints = fingerprints(records)
+        prints = fingerprints(records, counts={g: v["records"] for g, v in groups.items()})
         timer.lap("fingerprints", f"fingerprints: {len(prints)} groups")
     except BaseException:
         for df in [*cached, *([reached] if reached is not None else [])]:

@@ -33,9 +33,10 @@ import numpy as np
 from leakcheck_spark import errors, outputs
 from leakcheck_spark.audit import Timer, keyed, spark_action
 from leakcheck_spark.errors import LeakcheckError
-from leakcheck_spark.fingerprint import FP_VERSION, digest_column, fingerprints
+from leakcheck_spark.fingerprint import FP_COLUMN, FP_VERSION, fingerprints
 from leakcheck_spark.minhash import word_grams
 from leakcheck_spark.options import Options, Source
+from leakcheck_spark.sources import Derived
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -171,12 +172,10 @@ def gram_rows(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.RecordBa
         yield pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def _prepare(options: Options):  # noqa: ANN202 - a DataFrame -> DataFrame stage
-    """Parsed rows -> with the fingerprint digest `fp` (and the SPEC section 4 `key` with near
-    matching); the full text stays, for the n-grams."""
-    if options.near:
-        return lambda df: keyed(df, options)
-    return lambda df: df.withColumn("fp", digest_column())
+def _derived(options: Options) -> Derived:
+    """The fingerprint digest `fp` (and the SPEC section 4 `key` with near matching); the full
+    text stays, for the n-grams."""
+    return keyed(options) if options.near else Derived((FP_COLUMN,))
 
 
 @spark_action
@@ -215,7 +214,7 @@ def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEF
     spark = spark or get_session()
     timer = Timer()
     records, frames, blocks = read_records(spark, [*train, eval_source], options,
-                                           prepare=_prepare(options))
+                                           derived=_derived(options))
     cached = [part for frame in frames for _, part in frame.parts]
     level = StorageLevel.MEMORY_AND_DISK
     try:

@@ -9,7 +9,6 @@ they were read: the raw line for line formats (byte-identical), the original col
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -21,10 +20,17 @@ from leakcheck_spark import errors, match, outputs
 from leakcheck_spark.audit import Timer, spark_action
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import near_edges, near_progress
-from leakcheck_spark.normalize import with_keys
+from leakcheck_spark.normalize import key_column
 from leakcheck_spark.options import Options, Source
 from leakcheck_spark.report import native_id
-from leakcheck_spark.sources import RECORD_COLUMNS, number_rows, original_column, read_source, scan
+from leakcheck_spark.sources import (
+    RECORD_COLUMNS,
+    Derived,
+    number_rows,
+    original_column,
+    read_source,
+    scan,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -119,14 +125,13 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
     options = options or Options()
     spark = spark or get_session()
     timer = Timer()
-    keyed = functools.partial(with_keys, normalizer=options.normalizer, lang=options.lang,
-                              max_chars=options.max_chars)
-    test_frame = read_source(spark, test, 0, keep_raw=True, prepare=keyed)
+    keyed = Derived((key_column(options.normalizer, options.lang, options.max_chars),))
+    test_frame = read_source(spark, test, 0, keep_raw=True, derived=keyed)
     formats = [fmt for fmt, _ in test_frame.parts]
     if len(formats) != 1:
         raise LeakcheckError(errors.USAGE, f"the test source {test.label} mixes formats "
                              f"({', '.join(formats)})", "give clean a test source of one format")
-    frames = [test_frame] + [read_source(spark, s, i + 1, prepare=keyed)
+    frames = [test_frame] + [read_source(spark, s, i + 1, derived=keyed)
                              for i, s in enumerate(against)]
     blocks = scan(spark, frames, options)
     test_rows = number_rows(spark, test_frame, blocks, extra=("raw", "originals"))

@@ -66,11 +66,15 @@ def digest_series(texts: pd.Series) -> pd.Series:
                       for t in texts], index=texts.index, dtype=object)
 
 
+# The `fp` column as the read derives it from each text (a sources.TextColumn).
+FP_COLUMN = ("fp", digest_series, "binary")
+
+
 def digest_column(text: str = "text") -> Column:
     """The 32-byte SHA-256 of the normalised text (binary: sorts like its hex form)."""
     import pyspark.sql.functions as F
 
-    return series_udf(digest_series, "binary")(F.col(text))
+    return series_udf(digest_series, FP_COLUMN[2])(F.col(text))
 
 
 def short(digest: str) -> str:
@@ -115,13 +119,17 @@ def _chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             names=["by", "chunk"])
 
 
-def fingerprints(records: DataFrame, by: str = "group", fp: str = "fp") -> dict[str, dict]:
+def fingerprints(records: DataFrame, by: str = "group", fp: str = "fp",
+                 counts: dict[str, int] | None = None) -> dict[str, dict]:
     """``{name: {"fingerprint", "digest", "n_examples", "n_unique"}}`` per value of `by`,
-    sorted by name.  `records` has `by` and the `fp` digest column (:func:`digest_column`)."""
+    sorted by name.  `records` has `by` and the `fp` digest column (:func:`digest_column`);
+    `counts` are the records of each value of `by` when the caller has counted them already (an
+    audit's group totals), saving a pass over the records."""
     import pyspark.sql.functions as F
 
-    counts = {r.by: r.n for r in records.groupBy(F.col(by).alias("by")).agg(
-        F.count(F.lit(1)).alias("n")).collect()}
+    if counts is None:
+        counts = {r.by: r.n for r in records.groupBy(F.col(by).alias("by")).agg(
+            F.count(F.lit(1)).alias("n")).collect()}
     unique = (records.select(F.col(by).alias("by"), F.col(fp).alias("fp")).distinct()
               .orderBy("by", "fp").mapInArrow(_chunks, "by string, chunk binary"))
     hashers: dict[str, hashlib._Hash] = {}
@@ -155,7 +163,7 @@ def fingerprint_sources(sources: Sequence[Source], by: str = "group",
     from leakcheck_spark.errors import USAGE, LeakcheckError
     from leakcheck_spark.options import Options
     from leakcheck_spark.session import get_session
-    from leakcheck_spark.sources import read_records
+    from leakcheck_spark.sources import Derived, read_records
 
     if by not in ("group", "dataset"):
         raise LeakcheckError(USAGE, f"--by must be group or dataset, not {by!r}")
@@ -164,7 +172,7 @@ def fingerprint_sources(sources: Sequence[Source], by: str = "group",
     spark = spark or get_session()
     timer = Timer()
     records, frames, _ = read_records(spark, list(sources), Options(),
-                                      prepare=lambda df: df.withColumn("fp", digest_column()))
+                                      derived=Derived((FP_COLUMN,)))
     try:
         prints = fingerprints(records, by)
         timer.lap("fingerprints", f"fingerprints of {len(prints)} {by}s from {len(sources)} "

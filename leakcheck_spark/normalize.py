@@ -65,6 +65,7 @@ plain unit tests.  pandas is only needed by the ``*_series`` helpers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import operator
 import re
@@ -86,6 +87,7 @@ __all__ = [
     "normalize_series",
     "key_series",
     "with_keys",
+    "key_column",
 ]
 
 NORMALIZERS = ("exact", "whitespace", "code")
@@ -444,6 +446,14 @@ def with_keys(records: DataFrame, normalizer: str = "whitespace", lang: str = "c
     """
     from leakcheck_spark.udf import series_udf
 
+    name, fn, kind = key_column(normalizer, lang, max_chars)
+    return records.withColumn(name, series_udf(fn, kind)("text"))
+
+
+def key_column(normalizer: str = "whitespace", lang: str = "c",
+               max_chars: int | None = None) -> tuple[str, Callable[[pd.Series], pd.Series], str]:
+    """The `key` column as the read derives it from each text (name, function, Spark type): the
+    options are checked here, on the driver, before any task runs."""
     _check(normalizer, lang, max_chars)
-    keys = series_udf(lambda texts: key_series(texts, normalizer, lang, max_chars), "binary")
-    return records.withColumn("key", keys("text"))
+    return ("key", functools.partial(key_series, normalizer=normalizer, lang=lang,
+                                     max_chars=max_chars), "binary")

@@ -14,7 +14,6 @@ nothing in the graph; only near edges link different keys.
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
@@ -122,8 +121,7 @@ def resplit(sources: Sequence[Source], options: Options | None = None,
     sources, priority = list(sources), tuple(priority)
     timer = Timer()
     records, frames, blocks = read_records(spark, sources, options,
-                                           prepare=functools.partial(keyed, options=options,
-                                                                     fingerprint=False))
+                                           derived=keyed(options, fingerprint=False))
     cached = [part for frame in frames for _, part in frame.parts]
     try:
         # Global ordinals: each dataset's rows after those of the datasets given before it.

@@ -109,6 +109,50 @@ class SourceFrame:
             part.unpersist()
 
 
+# A column derived from each record's text: (name, ``pd.Series of texts -> pd.Series``, type).
+TextColumn = tuple[str, Callable[["pd.Series"], "pd.Series"], str]
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the read computes from each record's text (keys, digests), and how much text it keeps.
+
+    For the formats parsed in Python (lines, JSON lists) the columns are computed in the worker
+    pass that parses the rows, so a text crosses from Python to the JVM once, already cut to
+    `keep_chars`, instead of crossing back to Python for a UDF; for the formats Spark reads itself
+    (CSV, Parquet, tables) they are the same functions as pandas UDFs over the text column.
+    """
+
+    columns: tuple[TextColumn, ...] = ()
+    keep_chars: int | None = None  # None keeps the whole text
+
+    def ddl(self) -> str:
+        """The added columns as a DDL fragment (``", key binary, fp binary"``)."""
+        return "".join(f", {name} {kind}" for name, _, kind in self.columns)
+
+    def add(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        """In a worker: the parsed rows `pdf` with the columns added and the texts cut."""
+        for name, fn, _ in self.columns:
+            pdf[name] = fn(pdf["text"])
+        if self.keep_chars is not None:
+            n = self.keep_chars
+            pdf["text"] = [t[:n] if t is not None and len(t) > n else t for t in pdf["text"]]
+        return pdf
+
+    def add_columns(self, df: DataFrame) -> DataFrame:
+        """The same on a DataFrame with a `text` column (as pandas UDFs)."""
+        import pyspark.sql.functions as F
+
+        for name, fn, kind in self.columns:
+            df = df.withColumn(name, series_udf(fn, kind)("text"))
+        if self.keep_chars is not None:
+            df = df.withColumn("text", F.substring("text", 1, self.keep_chars))
+        return df
+
+
+NOTHING_DERIVED = Derived()
+
+
 # ---------------------------------------------------------------------------------------------
 # Listing files
 
@@ -268,11 +312,12 @@ def _columns() -> dict[str, list]:
 
 
 def parse_lines(
-    batches: Iterator[pd.DataFrame], src: Source, fmt: str, keep_raw: bool
+    batches: Iterator[pd.DataFrame], src: Source, fmt: str, keep_raw: bool,
+    derived: Derived = NOTHING_DERIVED,
 ) -> Iterator[pd.DataFrame]:
     """mapInPandas body for line formats: one output row per input line, blank (and JSONL
     comment) lines included with a null `_lc_seq`, so physical line numbers stay exact across
-    blocks.
+    blocks; with the `derived` columns.
 
     Input columns: value (binary), _lc_file, _lc_block, in file order within each block.
     """
@@ -317,15 +362,17 @@ def parse_lines(
                 else:
                     fields = parse_object(obj, src)
             _append(out, file, block, line_no, seq, fields, line if keep_raw else None)
-        yield pd.DataFrame(out)
+        yield derived.add(pd.DataFrame(out))
 
 
 def parse_json_lists(
-    batches: Iterator[pd.DataFrame], src: Source, keep_raw: bool
+    batches: Iterator[pd.DataFrame], src: Source, keep_raw: bool,
+    derived: Derived = NOTHING_DERIVED,
 ) -> Iterator[pd.DataFrame]:
     """mapInPandas body for ``.json`` files (each a list of objects, read whole by binaryFile).
 
-    Input columns: path, content (binary); one output row per list element.
+    Input columns: path, content (binary); one output row per list element, with the `derived`
+    columns.
     """
     import pandas as pd
 
@@ -342,13 +389,13 @@ def parse_json_lists(
             except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError) as exc:
                 fields = _row_error(errors.BAD_FORMAT, f"cannot read {{file}}: {exc}")
                 _append(out, file, 0, 0, 0, fields, None)
-                yield pd.DataFrame(out)
+                yield derived.add(pd.DataFrame(out))
                 continue
             for i, obj in enumerate(items):
                 raw = json.dumps(obj, ensure_ascii=False) if keep_raw else None
                 _append(out, file, 0, i, i, parse_object(obj, src), raw)
             if items:  # an empty list has no rows (and an empty frame no column types)
-                yield pd.DataFrame(out)
+                yield derived.add(pd.DataFrame(out))
 
 
 def _append(out: dict, file: str, block: int, line: int, seq: int | None, fields: tuple,
@@ -378,11 +425,10 @@ def canonical_label_series(values: pd.Series, kind: str) -> pd.Series:
 
 
 def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = False,
-                prepare: Callable[[DataFrame], DataFrame] | None = None) -> SourceFrame:
-    """Read one source's files into parsed (not yet numbered) rows, one part per format.
-
-    `prepare` is a stage applied to each part (e.g. keys); the parts are then persisted, so the
-    scan and everything after it parse the input once.
+                derived: Derived = NOTHING_DERIVED) -> SourceFrame:
+    """Read one source's files into parsed (not yet numbered) rows, one part per format, with
+    the `derived` columns (e.g. keys); the parts are then persisted, so the scan and everything
+    after it parse the input once.
     """
     from pyspark import StorageLevel
 
@@ -399,23 +445,21 @@ def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = F
     for fmt, files in sorted(by_format.items()):
         try:
             if fmt in LINE_FORMATS:
-                part = _read_lines(spark, files, src, fmt, keep_raw)
+                part = _read_lines(spark, files, src, fmt, keep_raw, derived)
             elif fmt == "json":
-                part = _read_json_lists(spark, files, src, keep_raw)
+                part = _read_json_lists(spark, files, src, keep_raw, derived)
             else:
-                part = _read_tabular(spark, files, src, fmt, frame)
+                part = derived.add_columns(_read_tabular(spark, files, src, fmt, frame))
         except LeakcheckError:
             raise
         except Exception as exc:  # noqa: BLE001 - translated or re-raised
             raise _translate(exc) from None
-        if prepare is not None:
-            part = prepare(part)
         frame.parts.append((fmt, part.persist(StorageLevel.MEMORY_AND_DISK)))
     return frame
 
 
 def _read_lines(spark: SparkSession, files: list[str], src: Source, fmt: str,
-                keep_raw: bool) -> DataFrame:
+                keep_raw: bool, derived: Derived) -> DataFrame:
     import pyspark.sql.functions as F
 
     # lineSep "\n": a "\r" stays in the line, so a kept CRLF row is written back byte-identical.
@@ -425,13 +469,15 @@ def _read_lines(spark: SparkSession, files: list[str], src: Source, fmt: str,
         F.col("_metadata.file_path").alias("_lc_file"),
         F.col("_metadata.file_block_start").alias("_lc_block"),
     )
-    return lines.mapInPandas(lambda it: parse_lines(it, src, fmt, keep_raw), _PARSED_DDL)
+    return lines.mapInPandas(lambda it: parse_lines(it, src, fmt, keep_raw, derived),
+                             _PARSED_DDL + derived.ddl())
 
 
 def _read_json_lists(spark: SparkSession, files: list[str], src: Source,
-                     keep_raw: bool) -> DataFrame:
+                     keep_raw: bool, derived: Derived) -> DataFrame:
     blobs = spark.read.format("binaryFile").load(files).select("path", "content")
-    return blobs.mapInPandas(lambda it: parse_json_lists(it, src, keep_raw), _PARSED_DDL)
+    return blobs.mapInPandas(lambda it: parse_json_lists(it, src, keep_raw, derived),
+                             _PARSED_DDL + derived.ddl())
 
 
 def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
@@ -730,12 +776,12 @@ def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,
 
 
 def read_records(spark: SparkSession, sources: list[Source], opts: Options,
-                 prepare: Callable[[DataFrame], DataFrame] | None = None,
+                 derived: Derived = NOTHING_DERIVED,
                  ) -> tuple[DataFrame, list[SourceFrame], Blocks]:
     """Read and check every source; return all records as one DataFrame (RECORD_COLUMNS, plus
-    `key` when `prepare` adds it)."""
+    `key` and `fp` when `derived` adds them)."""
     _check_names(sources)
-    frames = [read_source(spark, src, i, prepare=prepare) for i, src in enumerate(sources)]
+    frames = [read_source(spark, src, i, derived=derived) for i, src in enumerate(sources)]
     blocks = scan(spark, frames, opts)
     records = None
     for frame in frames:

@@ -150,3 +150,35 @@ def test_catalog_table_errors(spark, cli):
     code, _, err = cli("audit", "-d", "d:train=table:lc_mem_view", "--text-field", "t")
     assert code == 2 and "[LC_E_USAGE]" in err and "not backed by files" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_derived_columns_are_the_same_on_every_read_path(spark, tmp_path):
+    # JSON lines and lists compute keys and digests in the pass that parses them; Parquet gets
+    # them as pandas UDFs.  The exact audit keeps 200 characters of a text (characters, not
+    # bytes: the long text is 2- and 4-byte UTF-8); --near keeps whole texts.
+    import pandas as pd
+
+    from leakcheck_spark.audit import keyed
+    from leakcheck_spark.fingerprint import digest_series
+    from leakcheck_spark.normalize import key_series
+
+    long = "é" * 150 + "\U0001f600" * 60
+    texts = [long, "x" * 200, None, "", " \t ", "int  a ;"]
+    rows = [{"id": f"r{i}", "func": t} for i, t in enumerate(texts)]
+    write_jsonl(tmp_path / "a.jsonl", rows)
+    (tmp_path / "a.json").write_text(json.dumps(rows), encoding="utf-8")
+    pq.write_table(pa.table({"id": [r["id"] for r in rows], "func": texts}),
+                   tmp_path / "a.parquet")
+    keys = key_series(pd.Series(texts), "whitespace", "c", None)
+    digests = digest_series(pd.Series(texts))
+    assert keys[0] is not None and keys[2] is None and keys[4] is None
+    schema = "id string, text string, key binary, fp binary"
+    for near in (False, True):
+        kept = [t if near or t is None else t[:200] for t in texts]
+        expected = spark.createDataFrame(
+            [(f"r{i}", t, k, d) for i, (t, k, d) in enumerate(zip(kept, keys, digests))], schema)
+        for name in ("a.jsonl", "a.json", "a.parquet"):
+            src = Source("d", str(tmp_path / name), text_field="func", id_field="id")
+            df, _, _ = read_records(spark, [src], Options(near=near), derived=keyed(Options(near=near)))
+            assert_df_equality(df.select("id", "text", "key", "fp"), expected,
+                               ignore_row_order=True, ignore_nullable=True)
