@@ -741,13 +741,17 @@ def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,
                 extra: tuple[str, ...] = ()) -> DataFrame:
     """One source's records with `row` and `id` assigned, blank lines and rows past
     ``--max-rows`` dropped.  `extra` names further parsed columns to keep (for `clean`)."""
+    import pandas as pd
     import pyspark.sql.functions as F
 
     src = frame.source
+    # From pandas (Arrow), the JVM builds this small table itself; from a list of tuples, every
+    # query that reads the records would run a Python task per source to unpickle it.
     table = spark.createDataFrame(
-        [t for t in blocks.table if t[0] == frame.index],
-        "src int, _lc_file string, _lc_block long, min_seq long, row_base long, row_end long",
-    ).drop("src")
+        pd.DataFrame([t[1:] for t in blocks.table if t[0] == frame.index],
+                     columns=["_lc_file", "_lc_block", "min_seq", "row_base", "row_end"]),
+        "_lc_file string, _lc_block long, min_seq long, row_base long, row_end long",
+    )
     out = None
     for fmt, part in frame.parts:
         keep = list(extra)
