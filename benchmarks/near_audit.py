@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 import tempfile
 import time
@@ -175,7 +176,8 @@ def peer_mllib(corpus: Path, out: Path) -> None:
 # --- orchestration ---------------------------------------------------------------------------
 
 
-def ours(corpus: Path, work: Path, round_no: int = 0) -> tuple[Measured, str, list]:
+def ours(corpus: Path, work: Path, round_no: int = 0) -> tuple[Measured, str, list, dict]:
+    """Our audit's measures, command, overlaps and stage timings (report.json)."""
     out_dir = work / f"ours-{round_no}"
     cmd = [sys.executable, "-m", "leakcheck_spark", "audit", "--near", "--quiet"]
     for g in GROUPS:
@@ -185,7 +187,10 @@ def ours(corpus: Path, work: Path, round_no: int = 0) -> tuple[Measured, str, li
     m = run(cmd)
     import pyarrow.parquet as pq
 
-    return m, " ".join(cmd), pq.read_table(out_dir / "overlaps").to_pylist()
+    overlaps = pq.read_table(out_dir / "overlaps").to_pylist()
+    timings = json.loads((out_dir / "report.json").read_text())["timings"]
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return m, " ".join(cmd), overlaps, timings
 
 
 def main() -> None:
@@ -207,6 +212,14 @@ def main() -> None:
         return
 
     work = Path(tempfile.mkdtemp(prefix="lc-near-bench-"))
+    try:
+        compare(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def compare(args: argparse.Namespace, work: Path) -> None:
+    """The runs side by side, the ground truth, and the table."""
     groups, ids, texts = load(args.corpus)
     n = len(texts)
     print(f"input: {n:,} records from {args.corpus}")
@@ -217,10 +230,11 @@ def main() -> None:
     reported: dict[str, dict] = {}
     for round_no in range(args.repeat):
         tag = f" (round {round_no + 1} of {args.repeat})" if args.repeat > 1 else ""
-        mine, our_cmd, overlaps = ours(args.corpus, work, round_no)
+        mine, our_cmd, overlaps, timings = ours(args.corpus, work, round_no)
         figures["ours"].append(mine)
         print(f"ours{tag}: {mine.wall:.1f} s, peak {mine.peak / 2**30:.2f} GiB (Python driver "
-              f"{mine.own_peak / 2**30:.2f}, JVM {mine.java_peak / 2**30:.2f})", flush=True)
+              f"{mine.own_peak / 2**30:.2f}, JVM {mine.java_peak / 2**30:.2f}); stages (s): "
+              + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()), flush=True)
         found = {(row_of[o["from"], o["id"]], o["to"]): o["similarity"] for o in overlaps}
         if reported.setdefault("ours", found) != found:
             sys.exit(f"ours: round {round_no + 1} reported other overlaps than round 1")

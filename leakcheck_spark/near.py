@@ -306,6 +306,75 @@ def intersection_sizes(ranks: np.ndarray, offsets: np.ndarray, i: np.ndarray,
 _PAIRS_PER_STEP = 1 << 18
 _VALUES_PER_STEP = 1 << 22
 
+# Buckets verified by bitsets (:class:`Intersections`): at least this many keys, at most this many
+# 64-bit words of bitsets per bucket (64 MB), and bitsets of at most this many words per shingle
+# of an average member.  Measured per pair: ~4 ns a word (gather, AND, popcount) against ~16 ns
+# a shingle of either set in the merge, so at 4 words a shingle bitsets cost at most half.
+_BITSET_MIN_KEYS = 16
+_BITSET_MAX_WORDS = 1 << 23
+_BITSET_WORDS_PER_SHINGLE = 4
+_BITSET_WORDS_PER_STEP = 1 << 22
+
+# Set bits per byte, for numpy without ``bitwise_count`` (before 2.0).
+_BYTE_BITS = np.array([bin(b).count("1") for b in range(256)], dtype=np.uint8)
+
+
+def _popcounts(words: np.ndarray) -> np.ndarray:
+    """The number of set bits of each row of a 2-D uint64 array."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(words).sum(axis=1, dtype=np.int64)
+    return _BYTE_BITS[words.view(np.uint8)].sum(axis=1, dtype=np.int64)
+
+
+class Intersections:
+    """|S_a & S_b|, exactly, for pairs of rows of one block of whole buckets (the rows of a
+    bucket consecutive, every pair within one bucket).  Set r is ``ranks[offsets[r]:offsets[r +
+    1]]``: distinct values below 2^32, sorted.
+
+    A bucket of many near-identical texts has many pairs over a small vocabulary (generated code:
+    thousands of getters differing in a name).  There each member becomes a bitset over the
+    bucket's own vocabulary, and a pair costs an AND and a popcount of a few words instead of a
+    merge of two sets (:func:`intersection_sizes`, used for every other bucket).  Both are exact.
+    """
+
+    def __init__(self, ranks: np.ndarray, offsets: np.ndarray, starts: np.ndarray,
+                 sizes: np.ndarray) -> None:
+        self.ranks, self.offsets = ranks, offsets
+        self.bucket = np.repeat(np.arange(len(sizes)), sizes)
+        self.bits: dict[int, tuple[int, np.ndarray]] = {}  # bucket -> (first row, bitsets)
+        self.dense = np.zeros(len(sizes), dtype=bool)  # buckets with bitsets
+        lengths = np.diff(offsets)
+        for b in np.flatnonzero(sizes >= _BITSET_MIN_KEYS).tolist():
+            lo, hi = int(starts[b]), int(starts[b] + sizes[b])
+            local, bit = np.unique(ranks[offsets[lo]:offsets[hi]], return_inverse=True)
+            words = (len(local) + 63) // 64
+            if (words * (hi - lo) > _BITSET_MAX_WORDS
+                    or words > _BITSET_WORDS_PER_SHINGLE * lengths[lo:hi].mean()):
+                continue
+            bit = bit.reshape(-1)
+            row = np.repeat(np.arange(hi - lo, dtype=np.int64), lengths[lo:hi])
+            sets = np.zeros((hi - lo) * words, dtype=np.uint64)
+            np.bitwise_or.at(sets, row * words + (bit >> 6),
+                             np.left_shift(np.uint64(1), (bit & 63).astype(np.uint64)))
+            self.bits[b] = (lo, sets.reshape(hi - lo, words))
+            self.dense[b] = True
+
+    def __call__(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        if not self.bits:
+            return intersection_sizes(self.ranks, self.offsets, i, j)
+        out = np.empty(len(i), dtype=np.int64)
+        bucket = self.bucket[i]
+        merged = ~self.dense[bucket]
+        out[merged] = intersection_sizes(self.ranks, self.offsets, i[merged], j[merged])
+        for b in np.unique(bucket[~merged]).tolist():
+            lo, sets = self.bits[b]
+            pairs = np.flatnonzero(bucket == b)
+            step = max(1, _BITSET_WORDS_PER_STEP // sets.shape[1])
+            for k in range(0, len(pairs), step):
+                p = pairs[k:k + step]
+                out[p] = _popcounts(sets[i[p] - lo] & sets[j[p] - lo])
+        return out
+
 
 def _pair_steps(partners: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Pairs (i, i + 1 .. i + partners[i]) of positions, in steps of about _PAIRS_PER_STEP."""
@@ -360,6 +429,7 @@ def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
     # Dense ranks keep the order of the hashes and fit in 32 bits (see intersection_sizes).
     ranks = np.unique(values, return_inverse=True)[1].reshape(-1)
     lengths = np.diff(offsets)
+    intersections = Intersections(ranks, offsets, np.append(0, np.cumsum(sizes)[:-1]), sizes)
     earlier = np.arange(nb)[None, :] < band[:, None]
     keys = rb.column("key")
     for i, j in _pair_steps(partners):
@@ -375,7 +445,7 @@ def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
         while lo < len(i):
             hi = max(lo + 1, int(np.searchsorted(vol, vol[lo] + _VALUES_PER_STEP, "right")) - 1)
             a, b = i[lo:hi], j[lo:hi]
-            inter = intersection_sizes(ranks, offsets, a, b)
+            inter = intersections(a, b)
             union = lengths[a] + lengths[b] - inter
             sim = inter / np.maximum(union, 1)
             ok = sim >= threshold

@@ -186,6 +186,28 @@ def test_intersection_sizes_match_python_sets():
     assert got.tolist() == [len(set(sets[a]) & set(sets[b])) for a, b in zip(i, j)]
 
 
+def test_bucket_bitsets_count_the_same_intersections_as_the_merge():
+    # Three buckets of one block: 40 near-identical sets over a small vocabulary (bitsets), 5 sets
+    # (too few keys: merged), 300 sets over a wide vocabulary (bitsets would cost more: merged).
+    rnd = np.random.default_rng(2)
+    sizes = np.array([40, 5, 300])
+    sets = [np.unique(rnd.integers(0, v, size=rnd.integers(1, 60)))
+            for n, v in zip(sizes, [40, 50, 10**6]) for _ in range(n)]
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in sets])])
+    ranks = np.unique(np.concatenate(sets), return_inverse=True)[1].reshape(-1)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    found = near.Intersections(ranks, offsets, starts, sizes)
+    assert sorted(found.bits) == [0]
+    bucket = np.repeat(np.arange(3), sizes)
+    i, j = np.nonzero(np.triu(bucket[:, None] == bucket[None, :], 1))
+    expected = [len(set(sets[a]) & set(sets[b])) for a, b in zip(i, j)]
+    assert found(i, j).tolist() == expected
+    assert near.intersection_sizes(ranks, offsets, i, j).tolist() == expected
+    # Pairs in any order and mix of buckets, as verification's steps cut them.
+    order = rnd.permutation(len(i))
+    assert found(i[order], j[order]).tolist() == [expected[k] for k in order]
+
+
 def test_clean_near_drops_near_copies_with_their_similarity(cli, tmp_path):
     rnd = random.Random(5)
     base = [rnd.choice(WORDS) for _ in range(100)]
