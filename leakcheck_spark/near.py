@@ -18,6 +18,9 @@ Arrow batches (numpy on Arrow's own buffers, no per-row Python objects):
 5. :func:`verify` -- each bucket's members are brought together once (one shuffle, each set
    moved once per bucket it is in, never once per pair) and the pairs of the bucket are verified
    there by exact Jaccard; only pairs at or above the threshold survive, with their similarity.
+   Intersections are counted by merging the two sorted sets, or, in a large bucket of
+   near-identical texts (a small vocabulary of its own), by AND and popcount of bitsets
+   (:class:`Intersections`); both are exact.
 
 Every candidate pair is verified exactly once: in a bucket of band k, a pair is skipped when its
 two keys also share an earlier band's bucket that is enumerated in full (that bucket verifies it).
