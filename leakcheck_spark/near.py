@@ -334,15 +334,17 @@ class Intersections:
     bucket consecutive, every pair within one bucket).  Set r is ``ranks[offsets[r]:offsets[r +
     1]]``: distinct values below 2^32, sorted.
 
-    A bucket of many near-identical texts has many pairs over a small vocabulary (generated code:
-    thousands of getters differing in a name).  There each member becomes a bitset over the
-    bucket's own vocabulary, and a pair costs an AND and a popcount of a few words instead of a
-    merge of two sets (:func:`intersection_sizes`, used for every other bucket).  Both are exact.
+    A bucket of many texts that vary within a small shared vocabulary (one boilerplate with a
+    handful of variants recurring across it) has many pairs over few distinct shingles.  There
+    each member becomes a bitset over the bucket's own vocabulary, and a pair costs an AND and a
+    popcount of a few words instead of a merge of two sets (:func:`intersection_sizes`, used for
+    every other bucket, e.g. thousands of getters each with a name of its own).  Both are exact.
+    `sizes` are the buckets' row counts, in row order.
     """
 
-    def __init__(self, ranks: np.ndarray, offsets: np.ndarray, starts: np.ndarray,
-                 sizes: np.ndarray) -> None:
+    def __init__(self, ranks: np.ndarray, offsets: np.ndarray, sizes: np.ndarray) -> None:
         self.ranks, self.offsets = ranks, offsets
+        starts = _excl_cumsum(sizes)
         self.bucket = np.repeat(np.arange(len(sizes)), sizes)
         self.bits: dict[int, tuple[int, np.ndarray]] = {}  # bucket -> (first row, bitsets)
         self.dense = np.zeros(len(sizes), dtype=bool)  # buckets with bitsets
@@ -432,7 +434,7 @@ def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
     # Dense ranks keep the order of the hashes and fit in 32 bits (see intersection_sizes).
     ranks = np.unique(values, return_inverse=True)[1].reshape(-1)
     lengths = np.diff(offsets)
-    intersections = Intersections(ranks, offsets, np.append(0, np.cumsum(sizes)[:-1]), sizes)
+    intersections = Intersections(ranks, offsets, sizes)
     earlier = np.arange(nb)[None, :] < band[:, None]
     keys = rb.column("key")
     for i, j in _pair_steps(partners):

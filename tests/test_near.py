@@ -195,8 +195,7 @@ def test_bucket_bitsets_count_the_same_intersections_as_the_merge():
             for n, v in zip(sizes, [40, 50, 10**6]) for _ in range(n)]
     offsets = np.concatenate([[0], np.cumsum([len(x) for x in sets])])
     ranks = np.unique(np.concatenate(sets), return_inverse=True)[1].reshape(-1)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    found = near.Intersections(ranks, offsets, starts, sizes)
+    found = near.Intersections(ranks, offsets, sizes)
     assert sorted(found.bits) == [0]
     bucket = np.repeat(np.arange(3), sizes)
     i, j = np.nonzero(np.triu(bucket[:, None] == bucket[None, :], 1))
