@@ -371,9 +371,13 @@ class Intersections:
         bucket = self.bucket[i]
         merged = ~self.dense[bucket]
         out[merged] = intersection_sizes(self.ranks, self.offsets, i[merged], j[merged])
-        for b in np.unique(bucket[~merged]).tolist():
-            lo, sets = self.bits[b]
-            pairs = np.flatnonzero(bucket == b)
+        # The bitset pairs grouped by bucket with one sort (not one scan of all pairs per bucket).
+        dense = np.flatnonzero(~merged)
+        dense = dense[np.argsort(bucket[dense], kind="stable")]
+        cuts = _excl_cumsum(np.unique(bucket[dense], return_counts=True)[1])
+        for lo_p, hi_p in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            pairs = dense[lo_p:hi_p]
+            lo, sets = self.bits[int(bucket[pairs[0]])]
             step = max(1, _BITSET_WORDS_PER_STEP // sets.shape[1])
             for k in range(0, len(pairs), step):
                 p = pairs[k:k + step]
