@@ -194,6 +194,16 @@ def test_split_field_overrides_and_max_rows_through_the_cli(cli, tmp_path):
     assert rep["label_conflicts"]["count"] == 1
 
 
+def test_a_local_session_it_builds_runs_the_throughput_collector_and_quiet_logs(spark):
+    # The fixture's session was built by get_session("local[2]"): ask its JVM what it runs.
+    jvm = spark.sparkContext._jvm
+    beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    collectors = {beans.get(i).getName() for i in range(beans.size())}
+    assert collectors == {"PS Scavenge", "PS MarkSweep"}, collectors
+    args = set(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert any(a.startswith("-Dlog4j2.configurationFile=") for a in args), args
+
+
 def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
     import subprocess
     import sys
