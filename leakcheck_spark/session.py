@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
@@ -30,6 +31,13 @@ _LOG4J = Path(__file__).with_name("log4j2.properties")
 # short-lived garbage.  Measured on 2 cores (benchmarks/RESULTS.md): the 501k near audit
 # 67-71 s instead of 75-80 s, alternating.
 _LOCAL_GC = "-XX:+UseParallelGC"
+# What, in a user's own JVM options, takes the place of one of ours: a collector of their own
+# (the JVM refuses to start with two), a log4j configuration of their own.
+_TAKES_THE_PLACE_OF = {
+    _LOCAL_GC: re.compile(r"-XX:[+-]Use\w*GC\b"),
+    "-Dlog4j2.configurationFile=": re.compile(r"-Dlog4j2?\.configurationFile="),
+}
+_JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
 
 # Settings a session we build gets unless the user sets them: a quiet console and Arrow on.
 _DEFAULTS = {
@@ -91,14 +99,16 @@ def get_session(
         executor_opts.append(log_opt)
     if chosen and _runs_tasks_in_driver(chosen):
         driver_opts.append(_LOCAL_GC)
-    if driver_opts:
-        builder = builder.config("spark.driver.extraJavaOptions", " ".join(driver_opts))
-    if executor_opts:
-        builder = builder.config("spark.executor.extraJavaOptions", " ".join(executor_opts))
+    users = dict(conf)  # the last --conf of a key wins, as in spark-submit
+    for key, ours in zip(_JAVA_OPTIONS, (driver_opts, executor_opts)):
+        merged = merge_java_options(ours, users.get(key))
+        if merged:
+            builder = builder.config(key, merged)
     for key, value in _DEFAULTS.items():
         builder = builder.config(key, value)
     for key, value in conf:
-        builder = builder.config(key, value)
+        if key not in _JAVA_OPTIONS:
+            builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
     except Exception as exc:  # noqa: BLE001 - a master that cannot be reached, a bad setting
@@ -107,6 +117,19 @@ def get_session(
         # spark-submit's JVM logs at INFO (thousands of lines); keep a job's output readable.
         session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def merge_java_options(ours: list[str], theirs: str | None) -> str:
+    """Our JVM options followed by the user's, without those of ours the user's replace.
+
+    A ``--conf spark.driver.extraJavaOptions=...`` adds to what a session we build needs (the
+    quiet log4j configuration, the local collector) instead of silently dropping it; where the
+    user picks a collector or a log4j configuration of their own, theirs is the one kept."""
+    theirs = (theirs or "").strip()
+    kept = [opt for opt in ours
+            if not any(opt.startswith(prefix) and pattern.search(theirs)
+                       for prefix, pattern in _TAKES_THE_PLACE_OF.items())]
+    return " ".join([*kept, theirs] if theirs else kept)
 
 
 def _runs_tasks_in_driver(master: str) -> bool:

@@ -11,6 +11,7 @@ import pytest
 from conftest import viewfs_mount, write_jsonl
 
 from leakcheck_spark.normalize import NORMALIZERS  # noqa: F401 - import works without Spark
+from leakcheck_spark.session import merge_java_options
 
 LINE = re.compile(r"^leakcheck-spark: error \[(LC_E_[A-Z_]+)\]: .+ \(hint: .+\)$")
 
@@ -202,6 +203,43 @@ def test_a_local_session_it_builds_runs_the_throughput_collector_and_quiet_logs(
     assert collectors == {"PS Scavenge", "PS MarkSweep"}, collectors
     args = set(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert any(a.startswith("-Dlog4j2.configurationFile=") for a in args), args
+
+
+@pytest.mark.parametrize("theirs, expected", [
+    (None, "-Dlog4j2.configurationFile=file:/q -XX:+UseParallelGC"),
+    ("  ", "-Dlog4j2.configurationFile=file:/q -XX:+UseParallelGC"),
+    ("-Dx=1", "-Dlog4j2.configurationFile=file:/q -XX:+UseParallelGC -Dx=1"),
+    ("-XX:+UseG1GC -Dx=1", "-Dlog4j2.configurationFile=file:/q -XX:+UseG1GC -Dx=1"),
+    ("-XX:-UseParallelGC", "-Dlog4j2.configurationFile=file:/q -XX:-UseParallelGC"),
+    ("-Dlog4j.configurationFile=mine.xml", "-XX:+UseParallelGC -Dlog4j.configurationFile=mine.xml"),
+    ("-XX:MaxGCPauseMillis=50", "-Dlog4j2.configurationFile=file:/q -XX:+UseParallelGC "
+                                "-XX:MaxGCPauseMillis=50"),
+])
+def test_a_users_java_options_add_to_ours_and_replace_only_what_they_choose(theirs, expected):
+    ours = ["-Dlog4j2.configurationFile=file:/q", "-XX:+UseParallelGC"]
+    assert merge_java_options(ours, theirs) == expected
+
+
+def test_a_users_extra_java_options_reach_the_jvm_of_a_session_it_builds(tmp_path):
+    import subprocess
+    import sys
+
+    # A collector of the user's own: with ours added as well the JVM would refuse to start.
+    script = (
+        "from leakcheck_spark.session import get_session\n"
+        "s = get_session('local[1]', conf=[('spark.driver.extraJavaOptions', "
+        "'-XX:+UseSerialGC -Dleakcheck.probe=yes')])\n"
+        "m = s.sparkContext._jvm.java.lang.management.ManagementFactory\n"
+        "b = m.getGarbageCollectorMXBeans()\n"
+        "print(sorted(b.get(i).getName() for i in range(b.size())))\n"
+        "print(sorted(a for a in m.getRuntimeMXBean().getInputArguments() if a.startswith('-D')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    collectors, props = proc.stdout.strip().splitlines()[-2:]
+    assert collectors == "['Copy', 'MarkSweepCompact']"
+    assert "'-Dleakcheck.probe=yes'" in props and "-Dlog4j2.configurationFile=" in props
 
 
 def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
