@@ -61,6 +61,8 @@ _MIN_WINDOW = 16
 # A pair exactly at the threshold becomes a candidate with at least this probability; the layout
 # with the fewest rows per band (most selective) that reaches it is used (16 x 8 at 0.8 / 128).
 _AT_THRESHOLD = 0.94
+# Signature values held at once while signing (16,384 texts at P = 128; 8 MiB).
+_SIGNATURE_VALUES = 1 << 21
 
 
 def lsh_layout(threshold: float, num_perm: int) -> tuple[int, int]:
@@ -96,7 +98,13 @@ def sign_batch(texts: pa.Array, opts: Options, sets: bool = False
     batch = mh.shingle_batch(texts, opts.shingle, opts.normalizer, opts.lang, opts.max_chars,
                              sets=sets)
     bands, rows = lsh_layout(opts.threshold, opts.num_perm)
-    return band_hashes(mh.signatures(batch, opts.num_perm), bands, rows), batch
+    out = np.empty((len(batch), bands), dtype=np.int64)
+    # Signatures of a few texts at a time: P values a text, three times over in band_hashes.
+    step = max(1, _SIGNATURE_VALUES // opts.num_perm)
+    for lo in range(0, len(batch), step):
+        part = batch.texts(lo, lo + step)
+        out[lo:lo + len(part)] = band_hashes(mh.signatures(part, opts.num_perm), bands, rows)
+    return out, batch
 
 
 def _list_array(values: np.ndarray, width: int) -> pa.Array:

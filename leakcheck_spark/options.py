@@ -10,6 +10,9 @@ from leakcheck_spark.normalize import LANGS, NORMALIZERS
 
 FORMATS = ("parquet", "csv", "json")
 DEFAULT_SPLIT = "all"
+# Candidates are verified exactly, so permutations past a few hundred only move recall near the
+# threshold while the cost grows with them; the bound stops a typo (P values per text) early.
+MAX_NUM_PERM = 8192
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,8 @@ class Options:
             raise bad("--threshold", self.threshold, "a number in (0, 1]")
         if self.shingle <= 0:
             raise bad("--shingle", self.shingle, "a positive integer")
-        if self.num_perm <= 0:
-            raise bad("--num-perm", self.num_perm, "a positive integer")
+        if not 0 < self.num_perm <= MAX_NUM_PERM:
+            raise bad("--num-perm", self.num_perm, f"an integer from 1 to {MAX_NUM_PERM}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -120,6 +120,8 @@ def write(name, text):
     (lambda d: "no-equals-sign", [], "LC_E_BAD_SPEC", "bad dataset spec"),
     (lambda d: f"x={d / 'train.jsonl'}", ["-o", "nope.id=i"], "LC_E_BAD_SPEC", "'nope'"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--num-perm", "0"], "LC_E_USAGE", "--num-perm"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--num-perm", "100000000"], "LC_E_USAGE",
+     "--num-perm"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--shingle", "0"], "LC_E_USAGE", "--shingle"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--threshold", "0"], "LC_E_USAGE", "--threshold"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--threshold", "1.5"], "LC_E_USAGE", "--threshold"),

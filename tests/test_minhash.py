@@ -115,11 +115,13 @@ def test_signatures_equal_datasketch(scheme, num_perm, seed):
         assert sig[i].tolist() == m.hashvalues.astype(np.uint64).tolist(), i
 
 
-def test_signatures_do_not_depend_on_block_size(monkeypatch):
+@pytest.mark.parametrize("block", [7, 1])
+def test_signatures_do_not_depend_on_block_size(monkeypatch, block):
     lists = corpus(120)
     batch = mh.shingle_batch(texts_of(lists), 5)
     whole = mh.signatures(batch, 32)
-    monkeypatch.setattr(mh, "_BLOCK", 7)
+    # Blocks smaller than most texts: every text is cut, some into one block a shingle.
+    monkeypatch.setattr(mh, "_WORK_VALUES", 32 * block)
     assert np.array_equal(mh.signatures(batch, 32), whole)
 
 

@@ -177,6 +177,20 @@ def test_buckets_are_never_split_across_batches():
                                 for x, y in zip(out, out[1:]))
 
 
+@pytest.mark.parametrize("num_perm", [128, 4096])
+def test_band_hashes_do_not_depend_on_how_many_texts_are_signed_at_once(monkeypatch, num_perm):
+    rng = random.Random(num_perm)
+    words = [f"w{i}" for i in range(40)]
+    texts = [" ".join(rng.choices(words, k=rng.randint(0, 60))) for _ in range(50)]
+    opts = Options(near=True, num_perm=num_perm)
+    whole, _ = near.sign_batch(pa.array(texts), opts)
+    monkeypatch.setattr(near, "_SIGNATURE_VALUES", num_perm * 3)  # 3 texts at a time
+    parts, _ = near.sign_batch(pa.array(texts), opts)
+    bands, rows = near.lsh_layout(0.8, num_perm)
+    sig = mh.signatures(mh.shingle_batch(pa.array(texts), 5), num_perm)
+    assert np.array_equal(parts, whole) and np.array_equal(whole, near.band_hashes(sig, bands, rows))
+
+
 def test_intersection_sizes_match_python_sets():
     rnd = np.random.default_rng(1)
     sets = [np.unique(rnd.integers(0, 60, size=rnd.integers(0, 30))) for _ in range(50)]
