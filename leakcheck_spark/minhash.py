@@ -280,14 +280,24 @@ _POWERS: dict[str, np.ndarray] = {}
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(Q^j, Q^-j) mod 2^64 for j < n, cached and grown by doubling."""
-    if len(_POWERS.get("q", ())) < n:
-        size = max(n, 2 * len(_POWERS.get("q", ())), 1024)
-        for name, base in (("q", _Q), ("qinv", _Q_INV)):
-            p = np.full(size, base, dtype=np.uint64)
-            p[0] = 1
-            _POWERS[name] = np.cumprod(p, dtype=np.uint64)  # wraps mod 2^64
-    return _POWERS["q"], _POWERS["qinv"]
+    """(Q^j, Q^-j) mod 2^64 for j < n, cached and grown by doubling up to a chunk's bytes.
+
+    A longer text (a chunk of its own) gets powers of its own, not kept: the cache lives as long
+    as the Python worker, and one 100 MB text would otherwise hold 1.6 GB there for good."""
+    cached = len(_POWERS.get("q", ()))
+    if cached >= n:
+        return _POWERS["q"], _POWERS["qinv"]
+    size = n if n > _CHUNK_BYTES else min(max(n, 2 * cached, 1024), _CHUNK_BYTES)
+    q, qinv = (_cumulative_powers(base, size) for base in (_Q, _Q_INV))
+    if size <= _CHUNK_BYTES:
+        _POWERS.update(q=q, qinv=qinv)
+    return q, qinv
+
+
+def _cumulative_powers(base: int, size: int) -> np.ndarray:
+    p = np.full(size, base, dtype=np.uint64)
+    p[0] = 1
+    return np.cumprod(p, dtype=np.uint64)  # wraps mod 2^64
 
 
 def _token_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,

@@ -71,9 +71,12 @@ def test_chunked_batches_equal_one_chunk(monkeypatch):
     texts = texts_of(corpus(150))
     whole = mh.shingle_batch(pa.array(texts), 5)
     monkeypatch.setattr(mh, "_CHUNK_BYTES", 50)
+    monkeypatch.setattr(mh, "_POWERS", {})
     small = mh.shingle_batch(pa.array(texts), 5)
     assert np.array_equal(whole.hashes, small.hashes)
     assert np.array_equal(whole.offsets, small.offsets)
+    # Texts longer than a chunk were hashed with powers of their own, not kept for the worker.
+    assert max(len(t) for t in texts) > 50 and len(mh._POWERS["q"]) <= 50
 
 
 def test_unsorted_hashes_give_the_same_signatures():
