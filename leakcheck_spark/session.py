@@ -22,7 +22,13 @@ from leakcheck_spark.errors import LeakcheckError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# Shuffle partitions of a session built on one machine: at least 16 (measured on 2 cores, 4, 8
+# and 16 partitions give the same walls within noise at 100k-1M records: benchmarks/RESULTS.md),
+# and two per core on a bigger machine, so that the stages after a shuffle keep every core busy.
 _LOCAL_SHUFFLE_PARTITIONS = 16
+_LOCAL_PARTITIONS_PER_CORE = 2
+_LOCAL_CORES = re.compile(
+    r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\]|-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\])?")
 _LOCAL_DRIVER_MEMORY = "4g"
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 # In local mode every task runs in the driver JVM, on a few cores.  The JVM's default collector
@@ -89,7 +95,8 @@ def get_session(
             "spark.driver.bindAddress", "127.0.0.1"
         )
         # Spark's 200 shuffle partitions suit a cluster; on one machine they are mostly overhead.
-        builder = builder.config("spark.sql.shuffle.partitions", str(_LOCAL_SHUFFLE_PARTITIONS))
+        builder = builder.config("spark.sql.shuffle.partitions",
+                                 str(local_shuffle_partitions(chosen)))
         # Local mode runs every task inside the driver JVM: Spark's 1g default thrashes there.
         builder = builder.config("spark.driver.memory", _LOCAL_DRIVER_MEMORY)
     driver_opts, executor_opts = [], []
@@ -130,6 +137,27 @@ def merge_java_options(ours: list[str], theirs: str | None) -> str:
             if not any(opt.startswith(prefix) and pattern.search(theirs)
                        for prefix, pattern in _TAKES_THE_PLACE_OF.items())]
     return " ".join([*kept, theirs] if theirs else kept)
+
+
+def local_shuffle_partitions(master: str, cpus: int | None = None) -> int:
+    """Shuffle partitions for a session on one machine: ``local``, ``local[N]``, ``local[*]``
+    (`cpus`, default this machine's), ``local[N,F]``, ``local-cluster[W,C,M]`` (W x C cores)."""
+    match = _LOCAL_CORES.fullmatch(master.strip())
+    cores = 1
+    if match and match.group(1) == "*":
+        cores = cpus or _machine_cpus()
+    elif match and match.group(1):
+        cores = int(match.group(1))
+    elif match and match.group(2):
+        cores = int(match.group(2)) * int(match.group(3))
+    return max(_LOCAL_SHUFFLE_PARTITIONS, _LOCAL_PARTITIONS_PER_CORE * cores)
+
+
+def _machine_cpus() -> int:
+    """The CPUs this process may run on (what ``local[*]`` gives Spark, near enough)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _runs_tasks_in_driver(master: str) -> bool:

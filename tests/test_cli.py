@@ -11,7 +11,7 @@ import pytest
 from conftest import viewfs_mount, write_jsonl
 
 from leakcheck_spark.normalize import NORMALIZERS  # noqa: F401 - import works without Spark
-from leakcheck_spark.session import merge_java_options
+from leakcheck_spark.session import local_shuffle_partitions, merge_java_options
 
 LINE = re.compile(r"^leakcheck-spark: error \[(LC_E_[A-Z_]+)\]: .+ \(hint: .+\)$")
 
@@ -222,6 +222,16 @@ def test_a_users_java_options_add_to_ours_and_replace_only_what_they_choose(thei
     assert merge_java_options(ours, theirs) == expected
 
 
+@pytest.mark.parametrize("master, cpus, expected", [
+    ("local", 2, 16), ("local[2]", 2, 16), ("local[8]", 2, 16), ("local[12]", 2, 24),
+    ("local[*]", 2, 16), ("local[*]", 48, 96), ("local[*, 3]", 48, 96), ("local[20,4]", 2, 40),
+    ("local-cluster[2,1,1024]", 2, 16), ("local-cluster[4, 8, 2048]", 2, 64),
+])
+def test_a_local_session_gets_two_shuffle_partitions_per_core_and_at_least_16(master, cpus,
+                                                                             expected):
+    assert local_shuffle_partitions(master, cpus) == expected
+
+
 def test_a_users_extra_java_options_reach_the_jvm_of_a_session_it_builds(tmp_path):
     import subprocess
     import sys
@@ -229,17 +239,19 @@ def test_a_users_extra_java_options_reach_the_jvm_of_a_session_it_builds(tmp_pat
     # A collector of the user's own: with ours added as well the JVM would refuse to start.
     script = (
         "from leakcheck_spark.session import get_session\n"
-        "s = get_session('local[1]', conf=[('spark.driver.extraJavaOptions', "
+        "s = get_session('local[10]', conf=[('spark.driver.extraJavaOptions', "
         "'-XX:+UseSerialGC -Dleakcheck.probe=yes')])\n"
         "m = s.sparkContext._jvm.java.lang.management.ManagementFactory\n"
         "b = m.getGarbageCollectorMXBeans()\n"
         "print(sorted(b.get(i).getName() for i in range(b.size())))\n"
         "print(sorted(a for a in m.getRuntimeMXBean().getInputArguments() if a.startswith('-D')))\n"
+        "print(s.conf.get('spark.sql.shuffle.partitions'))\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    collectors, props = proc.stdout.strip().splitlines()[-2:]
+    collectors, props, partitions = proc.stdout.strip().splitlines()[-3:]
+    assert partitions == "20"  # two per core of local[10]
     assert collectors == "['Copy', 'MarkSweepCompact']"
     assert "'-Dleakcheck.probe=yes'" in props and "-Dlog4j2.configurationFile=" in props
 
