@@ -43,6 +43,7 @@ hashfunc=shingle_hash32)`` fed the same shingles holds the same ``hashvalues``.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -67,7 +68,8 @@ _MASK32 = np.uint64((1 << 32) - 1)
 # Measured on 30,000 real functions at P = 128: 8 MiB blocks 0.12 s, 16 MiB 0.13-0.16 s,
 # 2 MiB 0.17 s.
 _WORK_VALUES = 1 << 21
-# Bytes of text tokenised at once: bounds the per-byte temporaries (~40 bytes a byte).
+# Bytes of text tokenised at once: bounds the per-byte temporaries (~40 bytes a byte); a longer
+# text is tokenised in pieces of at most this size (:func:`_long_text_windows`).
 _CHUNK_BYTES = 1 << 22
 
 # Byte classes of the tokenizer: ASCII as the regular expression sees it (str patterns: \s also
@@ -282,8 +284,8 @@ _POWERS: dict[str, np.ndarray] = {}
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     """(Q^j, Q^-j) mod 2^64 for j < n, cached and grown by doubling up to a chunk's bytes.
 
-    A longer text (a chunk of its own) gets powers of its own, not kept: the cache lives as long
-    as the Python worker, and one 100 MB text would otherwise hold 1.6 GB there for good."""
+    A longer piece (a word longer than a chunk) gets powers of its own, not kept: the cache lives
+    as long as the Python worker, and one 100 MB word would otherwise hold 1.6 GB there for good."""
     cached = len(_POWERS.get("q", ()))
     if cached >= n:
         return _POWERS["q"], _POWERS["qinv"]
@@ -371,6 +373,48 @@ def _chunks(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
     return out
 
 
+def _long_text_windows(text: np.ndarray, k: int, classes: np.ndarray,
+                       fold: np.ndarray | None) -> np.ndarray:
+    """The window hashes of one text longer than a chunk, in order, as :func:`_window_hashes`
+    gives them, in bounded temporaries.
+
+    Tokenising a text costs ~40 bytes a byte of it at once (one 64 MB text: ~2.9 GB).  So its
+    tokens are hashed piece by piece, cut where no token crosses (a token's hash does not depend
+    on where it sits), and its windows are hashed a slice of tokens at a time, each slice carrying
+    the K - 1 tokens the next slice's first windows start in.  What stays is 8 bytes a token and
+    8 a window."""
+    cls = classes[text]
+    tok = np.concatenate([_token_hashes(text[a:b], np.zeros(1, np.int64),
+                                        np.array([b - a]), classes, fold)[0]
+                          for a, b in itertools.pairwise(_token_cuts(cls, _CHUNK_BYTES))])
+    del cls
+    n = len(tok)
+    if n <= k:
+        return _window_hashes(tok, np.array([n]), k)[0]
+    step = max(1, _CHUNK_BYTES // 8)
+    return np.concatenate([_window_hashes(tok[lo:lo + step + k - 1], np.array([
+        min(step + k - 1, n - lo)]), k)[0] for lo in range(0, n - k + 1, step)])
+
+
+def _token_cuts(cls: np.ndarray, size: int) -> list[int]:
+    """Offsets that cut a text (its byte classes) into pieces of at most about `size` bytes
+    without cutting a token: at a cut, the byte before or the byte after is not a word byte.
+    A word longer than that is one piece of its own (cut where it ends)."""
+    cuts, n = [0], len(cls)
+    while n - cuts[-1] > size:
+        target = cuts[-1] + size  # < n
+        lo = max(cuts[-1] + 1, target - 4096)
+        free = np.flatnonzero((cls[lo - 1:target] != _WORD) | (cls[lo:target + 1] != _WORD))
+        if len(free):  # the last place at or before the target
+            cuts.append(lo + int(free[-1]))
+            continue
+        after = cls[target:] != _WORD  # inside a long word: cut where it ends
+        cuts.append(target + int(after.argmax()) if after.any() else n)
+    if cuts[-1] < n:
+        cuts.append(n)
+    return cuts
+
+
 def _unique_per_text(h: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sort each text's hashes and drop repeats: (hashes, offsets).
 
@@ -409,6 +453,11 @@ def _window_batch(spans: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, sets
     parts, sizes = [], []
     for lo, hi in _chunks(starts, ends):
         base = starts[lo]
+        if hi - lo == 1 and ends[lo] - base > _CHUNK_BYTES:
+            h = _long_text_windows(buf[base:ends[lo]], k, classes, fold)
+            parts.append(h)
+            sizes.append(np.array([len(h)], dtype=np.int64))
+            continue
         tok, counts = _token_hashes(buf[base:ends[hi - 1]], starts[lo:hi] - base,
                                     ends[lo:hi] - base, classes, fold)
         h, n_sh = _window_hashes(tok, counts, k)

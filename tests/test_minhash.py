@@ -79,6 +79,37 @@ def test_chunked_batches_equal_one_chunk(monkeypatch):
     assert max(len(t) for t in texts) > 50 and len(mh._POWERS["q"]) <= 50
 
 
+@pytest.mark.parametrize("chunk", [1, 16, 64, 1000])
+def test_texts_longer_than_a_chunk_are_hashed_in_pieces_with_the_same_windows(monkeypatch,
+                                                                             chunk):
+    rnd = random.Random(11)
+    texts = ["".join(rnd.choice(TRICKY[2:]) for _ in range(60)) for _ in range(6)] + [
+        "a" * 3000 + " b c d e f", "x" + "(" * 900, "( ) " * 800, "caf\u00e9 " * 500, "q r", ""]
+    arr = pa.array(texts)
+    expected = [mh.shingle_batch(arr, 5, sets=sets) for sets in (True, False)]
+    expected_grams = mh.word_grams(arr, 3)
+    for i, text in enumerate(texts):  # (no text is longer than the default chunk)
+        want = sorted({mh.shingle_hash(s) for s in mh.shingles(tokens(text, "whitespace"), 5)})
+        assert expected[0].get(i).tolist() == want
+    monkeypatch.setattr(mh, "_CHUNK_BYTES", chunk)
+    for sets, want in zip((True, False), expected):
+        got = mh.shingle_batch(arr, 5, sets=sets)
+        assert np.array_equal(got.offsets, want.offsets)
+        assert np.array_equal(got.hashes, want.hashes)  # the windows in order, without sets
+    grams = mh.word_grams(arr, 3)
+    assert np.array_equal(grams.offsets, expected_grams.offsets)
+    assert np.array_equal(grams.hashes, expected_grams.hashes)
+
+
+@pytest.mark.parametrize("text, size, cuts", [
+    ("ab cd ef", 3, [0, 3, 6, 8]), ("abcdef gh", 3, [0, 6, 9]), ("a(b)c", 1, [0, 1, 2, 3, 4, 5]),
+    ("abc", 1, [0, 3]), ("ab cd", 10, [0, 5]),
+])
+def test_long_texts_are_cut_between_tokens(text, size, cuts):
+    got = mh._token_cuts(mh._CLASS[np.frombuffer(text.encode(), np.uint8)], size)
+    assert got == cuts
+
+
 def test_unsorted_hashes_give_the_same_signatures():
     texts = pa.array(texts_of(corpus(100)))
     sets, windows = mh.shingle_batch(texts, 5), mh.shingle_batch(texts, 5, sets=False)
