@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 SCHEMA = "leakcheck-spark/report/v1"
@@ -16,6 +17,16 @@ def cell(count: int, total: int) -> dict:
     {'count': 1, 'fraction': 0.25}
     """
     return {"count": int(count), "fraction": (count / total) if total else 0.0}
+
+
+def similarity_text(value: float) -> str:
+    """A similarity with three decimals, cut rather than rounded, so that 1.000 is shown only for
+    a similarity of 1 (a near match at 0.9999 is not an exact copy).
+
+    >>> [similarity_text(v) for v in (1.0, 0.999893, 0.8, 0.579, 2 / 3)]
+    ['1.000', '0.999', '0.800', '0.579', '0.666']
+    """
+    return f"{math.floor(value * 1000 + 1e-9) / 1000:.3f}"
 
 
 def matrix(names: list[str], totals: dict[str, int],
@@ -83,7 +94,7 @@ def render(report: dict, top: int = 10) -> str:
     if ov["sample"]:
         extra = ["distance"] if "distance" in ov["sample"][0] else []
         rows = [[o["from"], str(o["id"]), o["to"], ", ".join(map(str, o["match_ids"])),
-                 o["match"], f"{o['similarity']:.3f}", *[str(o[k]) for k in extra]]
+                 o["match"], similarity_text(o["similarity"]), *[str(o[k]) for k in extra]]
                 for o in ov["sample"][:top]]
         lines += _table(["from", "id", "to", "match_ids", "match", "similarity", *extra], rows)
         if ov["count"] > len(rows):
