@@ -84,7 +84,8 @@ def test_texts_longer_than_a_chunk_are_hashed_in_pieces_with_the_same_windows(mo
                                                                              chunk):
     rnd = random.Random(11)
     texts = ["".join(rnd.choice(TRICKY[2:]) for _ in range(60)) for _ in range(6)] + [
-        "a" * 3000 + " b c d e f", "x" + "(" * 900, "( ) " * 800, "caf\u00e9 " * 500, "q r", ""]
+        "a" * 3000 + " b c d e f", "x" + "(" * 900, "( ) " * 800, "caf\u00e9 " * 500, "q r", "",
+        " " * 300, "\n" * 100 + "z"]
     arr = pa.array(texts)
     expected = [mh.shingle_batch(arr, 5, sets=sets) for sets in (True, False)]
     expected_grams = mh.word_grams(arr, 3)
