@@ -455,12 +455,11 @@ def _window_batch(spans: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, sets
         base = starts[lo]
         if hi - lo == 1 and ends[lo] - base > _CHUNK_BYTES:
             h = _long_text_windows(buf[base:ends[lo]], k, classes, fold)
-            parts.append(h)
-            sizes.append(np.array([len(h)], dtype=np.int64))
-            continue
-        tok, counts = _token_hashes(buf[base:ends[hi - 1]], starts[lo:hi] - base,
-                                    ends[lo:hi] - base, classes, fold)
-        h, n_sh = _window_hashes(tok, counts, k)
+            n_sh = np.array([len(h)], dtype=np.int64)
+        else:
+            tok, counts = _token_hashes(buf[base:ends[hi - 1]], starts[lo:hi] - base,
+                                        ends[lo:hi] - base, classes, fold)
+            h, n_sh = _window_hashes(tok, counts, k)
         parts.append(h)
         sizes.append(n_sh)
     h = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
