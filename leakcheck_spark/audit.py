@@ -11,7 +11,7 @@ from leakcheck_spark import match, outputs, report
 from leakcheck_spark.errors import LeakcheckError, from_spark_exception
 from leakcheck_spark.fingerprint import FP_COLUMN, fingerprints
 from leakcheck_spark.near import near_edges, near_progress
-from leakcheck_spark.normalize import key_column
+from leakcheck_spark.normalize import key_column, unit_column
 from leakcheck_spark.options import Options, Source
 from leakcheck_spark.sources import Derived, read_records
 
@@ -121,9 +121,16 @@ def keyed(options: Options, fingerprint: bool = True) -> Derived:
     text: not cut by --max-chars, it names the data).  Past keying, exact matching only shows a
     conflict's sample text (200 characters): keeping just that much keeps the cached input small.
     ``--near`` signs the full texts, so they stay."""
-    key = key_column(options.normalizer, options.lang, options.max_chars)
-    return Derived((key, FP_COLUMN) if fingerprint else (key,),
+    keys = key_columns(options)
+    return Derived((*keys, FP_COLUMN) if fingerprint else keys,
                    None if options.near else match.SAMPLE_TEXT_CHARS)
+
+
+def key_columns(options: Options) -> tuple:
+    """The columns matching derives from each text: its `key`, and with ``--near`` its `unit`
+    (records of one unit share their tokens: :func:`leakcheck_spark.match.unit_edges`)."""
+    args = (options.normalizer, options.lang, options.max_chars)
+    return (key_column(*args), unit_column(*args)) if options.near else (key_column(*args),)
 
 
 @spark_action
@@ -157,20 +164,24 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         int_groups = {g for g, d in dataset_of.items() if d in blocks.int_datasets}
         n = sum(g["records"] for g in groups.values())
         timer.lap("read", f"read {len(sources)} sources: {n:,} records in {len(groups)} groups")
+        # Near matching matches records by unit (their tokens), joined within a key exactly.
+        matched = match.as_units(records) if options.near else records
         # Read three times (copied keys, both sides of reach): cached, so computed once.
-        kg = match.key_groups(records).persist(StorageLevel.MEMORY_AND_DISK)
+        kg = match.key_groups(matched).persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(kg)
-        edges = match.exact_edges(match.copied_keys(kg))
         if options.near:
-            near, near_cached = near_edges(records, options)
+            edges = match.unit_edges(records)
+            near, near_cached = near_edges(matched, options)
             cached += near_cached
             timer.lap("near", near_progress(near_cached[0], options))
             edges = edges.unionByName(near)
+        else:
+            edges = match.exact_edges(match.copied_keys(kg))
         reached = match.reach(kg, edges).persist(StorageLevel.MEMORY_AND_DISK)
         split_m, dataset_m = matrices(groups, dataset_of, reached)
         timer.lap("matrices", "matrices: split x split and dataset x dataset")
         # Counted, sampled and written: cached so each is computed once.
-        overlaps = match.overlaps(records, reached).persist(StorageLevel.MEMORY_AND_DISK)
+        overlaps = match.overlaps(matched, reached).persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(overlaps)
         overlap_count = overlaps.count()
         overlap_sample = [report.native_overlap(r, int_groups)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
-from leakcheck_spark import errors, outputs
+from leakcheck_spark import errors, match, outputs
 from leakcheck_spark.audit import Timer, keyed, spark_action
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.fingerprint import FP_COLUMN, FP_VERSION, fingerprints
@@ -223,7 +223,9 @@ def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEF
         timer.lap("read", f"read {len(train)} train source(s): {n_train:,} records; eval: "
                           f"{n_eval:,} records; fingerprints")
         is_train = F.col("dataset") == TRAIN
-        train_rows, eval_rows = records.where(is_train), records.where(~is_train)
+        # Near matching matches records by unit (their tokens), joined within a key exactly.
+        matched = match.as_units(records) if options.near else records
+        train_rows, eval_rows = matched.where(is_train), matched.where(~is_train)
         int_ids = EVAL in blocks.int_datasets
         ident = F.col("id_num") if int_ids else F.col("id").cast("string")
 
@@ -254,7 +256,8 @@ def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEF
         near_hits = None
         if options.near:
             sides = F.when(is_train, F.lit(1)).otherwise(F.lit(2))
-            edges, near_cached = near_edges(records, options, sides=sides)
+            edges, near_cached = near_edges(matched, options, sides=sides)
+            edges = match.unit_edges(records).unionByName(edges)
             cached += near_cached
             timer.lap("near", near_progress(near_cached[0], options))
             per_record = per_record.join(_near_by_key(train_rows, eval_rows, edges), "key",
@@ -289,8 +292,8 @@ def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEF
 
 
 def _near_by_key(train_rows: DataFrame, eval_rows: DataFrame, edges: DataFrame) -> DataFrame:
-    """(key, near): for each eval key with a train match, the best similarity (1.0 when a train
-    record has the same key)."""
+    """(key, near): for each eval key (a unit, with near matching) with a train match, the best
+    similarity (1.0 when a train record has the same key, or an `edges` exact edge to it)."""
     import pyspark.sql.functions as F
 
     train_keys = train_rows.where(F.col("key").isNotNull()).select("key").distinct()

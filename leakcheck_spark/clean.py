@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from leakcheck_spark import errors, match, outputs
-from leakcheck_spark.audit import Timer, spark_action
+from leakcheck_spark.audit import Timer, key_columns, spark_action
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import near_edges, near_progress
-from leakcheck_spark.normalize import key_column
 from leakcheck_spark.options import Options, Source
 from leakcheck_spark.report import native_id
 from leakcheck_spark.sources import (
@@ -125,7 +124,7 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
     options = options or Options()
     spark = spark or get_session()
     timer = Timer()
-    keyed = Derived((key_column(options.normalizer, options.lang, options.max_chars),))
+    keyed = Derived(key_columns(options))
     test_frame = read_source(spark, test, 0, keep_raw=True, derived=keyed)
     formats = [fmt for fmt, _ in test_frame.parts]
     if len(formats) != 1:
@@ -142,10 +141,11 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
     timer.lap("read", f"read {len(frames)} sources")
     near, near_cached = None, []
     if options.near:
-        everything = test_rows.select(*RECORD_COLUMNS, "key")
+        everything = test_rows.select(*RECORD_COLUMNS, "key", "unit")
         if others is not None:
-            everything = everything.unionByName(others.select(*RECORD_COLUMNS, "key"))
-        near, near_cached = near_edges(everything, options)
+            everything = everything.unionByName(others.select(*RECORD_COLUMNS, "key", "unit"))
+        near, near_cached = near_edges(match.as_units(everything), options)
+        near = match.unit_edges(everything).unionByName(near)
         timer.lap("near", near_progress(near_cached[0], options))
     decided = decide(test_rows, others, dedup, drop_conflicts, near)
     decided = decided.persist(StorageLevel.MEMORY_AND_DISK)
@@ -176,21 +176,27 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
     Args:
         test: keyed test records (RECORD_COLUMNS + key + anything to carry along).
         against: keyed records of the --against sources, or None.
-        near: verified near edges (key, other, match, similarity) over test and against keys,
-            or None for exact matching only.
+        near: with near matching, the edges between units (key, other, match, similarity):
+            :func:`leakcheck_spark.match.unit_edges` and the verified near edges, over test and
+            against records; then records match by `unit` (label conflicts stay on `key`).
+            None for exact matching only.
     """
     import pyspark.sql.functions as F
 
     null_ids = F.lit(None).cast(f"array<{dict(test.dtypes)['id']}>")
-    df = test
     nonempty = F.col("key").isNotNull()
-    # Which keys match which: every key itself (exact), plus the verified near edges.
-    keys = test.select("key")
-    if against is not None:
-        keys = keys.unionByName(against.select("key"))
-    edges = match.exact_edges(keys.where(nonempty))
-    if near is not None:
-        edges = edges.unionByName(near)
+    conflict_test, conflict_against = test, against
+    if near is None:
+        # Which keys match which: every key itself (exact).
+        keys = test.select("key")
+        if against is not None:
+            keys = keys.unionByName(against.select("key"))
+        edges = match.exact_edges(keys.where(nonempty))
+    else:
+        edges = near
+        test = match.as_units(test)
+        against = None if against is None else match.as_units(against)
+    df = test
     # against: the 5 smallest ids of --against records matching the record's key.
     if against is not None:
         ids = match.smallest_ids(against, by=("key",)).withColumnRenamed("key", "other")
@@ -215,14 +221,15 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
     # conflict: the key carries a canonical label other than this record's own.
     if drop_conflicts:
         cols = ("key", "id", "id_num", "label_canon")
-        everything = test.select(*cols)
-        if against is not None:
-            everything = everything.unionByName(against.select(*cols))
+        everything = conflict_test.select(*cols)
+        if conflict_against is not None:
+            everything = everything.unionByName(conflict_against.select(*cols))
         labelled = everything.where(nonempty & F.col("label_canon").isNotNull())
         per_label = match.smallest_ids(labelled, by=("key", "label_canon")).select(
             "key", F.col("label_canon").alias("_other_label"), "ids")
         n_labels = labelled.groupBy("key").agg(F.count_distinct("label_canon").alias("_n_labels"))
-        own = test.select("row", "key", "label_canon").where(nonempty).join(per_label, "key")
+        own = (conflict_test.select("row", "key", "label_canon").where(nonempty)
+               .join(per_label, "key"))
         other = ~F.col("_other_label").eqNullSafe(F.col("label_canon"))
         conflicts = (
             own.join(n_labels, "key")

@@ -49,6 +49,34 @@ def exact_edges(kg: DataFrame) -> DataFrame:
     )
 
 
+def unit_edges(records: DataFrame) -> DataFrame:
+    """(key, other, match, similarity): the exact edges between near-matching *units*.
+
+    With near matching the stages work on each record's `unit` (:func:`as_units`): records of
+    one unit share their tokens, so a unit's near edges hold for every record of it, while one
+    key may hold several units (``"ab c"`` and ``"a bc"``).  Records of one key still match
+    exactly: every two units of a key are joined by an exact edge, and a unit by a self-edge
+    when it has at least two records (as :func:`copied_keys`).  A key has one unit unless its
+    texts differ in where whitespace splits them, so this is one row per key in practice (a key
+    with m units gives m^2).
+    """
+    import pyspark.sql.functions as F
+
+    units = (records.where(F.col("key").isNotNull()).groupBy("key", "unit")
+             .agg(F.count(F.lit(1)).alias("_n")))
+    other = units.select(F.col("key").alias("_key"), F.col("unit").alias("other"))
+    return (units.join(other, F.col("key") == F.col("_key"))
+            .where((F.col("unit") != F.col("other")) | (F.col("_n") >= 2))
+            .select(F.col("unit").alias("key"), "other", F.lit("exact").alias("match"),
+                    F.lit(1.0).alias("similarity")))
+
+
+def as_units(records: DataFrame) -> DataFrame:
+    """`records` with each record's near-matching `unit` in place of its `key`, for the stages
+    that match records (:func:`unit_edges`); label conflicts stay on the key."""
+    return records.drop("key").withColumnRenamed("unit", "key")
+
+
 def copied_keys(kg: DataFrame) -> DataFrame:
     """(key): the keys carried by at least two records of :func:`key_groups`.  Only their
     self-edges can reach anything in :func:`reach` (a key's only record never matches itself),

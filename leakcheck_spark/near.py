@@ -4,8 +4,11 @@ The stages, each ``DataFrame -> DataFrame``, all per-record work in ``mapInArrow
 Arrow batches (numpy on Arrow's own buffers, no per-row Python objects):
 
 1. :func:`representatives` -- one text per distinct key, the first record's in (dataset, row)
-   order (records with equal normalised text are collapsed first, so a text with 100,000 copies
-   is signed once, and the choice does not depend on partitioning).
+   order (records are collapsed first, so a text with 100,000 copies is signed once, and the
+   choice does not depend on partitioning).  The callers pass each record's *unit* as its key
+   (:func:`leakcheck_spark.match.as_units`): records of a unit share their tokens, so the text
+   signed stands for every record of it (a normalised-text key would not: ``"ab c"`` and
+   ``"a bc"`` share one under ``whitespace``).
 2. :func:`sign` -- per key, one 64-bit hash per LSH band of its MinHash signature (a row per
    band: b values instead of P; the signature itself is never stored).
 3. :func:`buckets` -- the band buckets (band, band hash) holding more than one key, found by

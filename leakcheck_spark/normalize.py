@@ -88,6 +88,8 @@ __all__ = [
     "key_series",
     "with_keys",
     "key_column",
+    "unit_series",
+    "unit_column",
 ]
 
 NORMALIZERS = ("exact", "whitespace", "code")
@@ -302,21 +304,29 @@ def strip_comments(text: str, lang: str = "c") -> str:
 # --- normalisation, tokens, keys ---------------------------------------------
 
 
+def _token_source(normalizer: str, lang: str, max_chars: int | None) -> Callable[[str], str]:
+    """The ``str -> str`` function giving the text that is tokenised (and, under ``whitespace``
+    and ``code``, stripped of whitespace to normalise): cut to `max_chars`, comment-stripped for
+    ``code``."""
+    if normalizer == "code":
+        strip = _STRIPPERS[lang]
+        if max_chars is None:
+            return strip
+        return lambda t: strip(t[:max_chars])
+    if max_chars is None:
+        return lambda t: t
+    return lambda t: t[:max_chars]
+
+
 def _make_normalizer(normalizer: str, lang: str, max_chars: int | None) -> Callable[[str], str]:
     """Return a ``str -> str`` function for already validated options."""
-    join = "".join
+    source = _token_source(normalizer, lang, max_chars)
     if normalizer == "exact":
-        if max_chars is None:
-            return lambda t: t
-        return lambda t: t[:max_chars]
-    if normalizer == "whitespace":
-        if max_chars is None:
-            return lambda t: join(t.split())
-        return lambda t: join(t[:max_chars].split())
-    strip = _STRIPPERS[lang]
-    if max_chars is None:
-        return lambda t: join(strip(t).split())
-    return lambda t: join(strip(t[:max_chars]).split())
+        return source
+    join = "".join
+    if normalizer == "whitespace" and max_chars is None:
+        return lambda t: join(t.split())
+    return lambda t: join(source(t).split())
 
 
 def normalize(
@@ -357,11 +367,7 @@ def tokens(
     if not isinstance(text, str):
         _null_or_raise(text)
         return []
-    if max_chars is not None:
-        text = text[:max_chars]
-    if normalizer == "code":
-        text = _STRIPPERS[lang](text)
-    return _TOKEN_RE.findall(text)
+    return _TOKEN_RE.findall(_token_source(normalizer, lang, max_chars)(text))
 
 
 def text_key(normalized: str | None) -> bytes | None:
@@ -404,25 +410,49 @@ def normalize_series(
 def key_series(texts: pd.Series, normalizer: str, lang: str, max_chars: int | None) -> pd.Series:
     """Keys of the normalised texts: object Series of 16-byte bytes or None, same index.
 
-    The hot path: one pass over the values with locally bound functions; None
-    for null records and records whose normalised text is empty.  Equal to
+    None for null records and records whose normalised text is empty.  Equal to
     ``text_key(normalize(t, ...))`` per record.
     """
+    max_chars = _check(normalizer, lang, max_chars)
+    return _digests(texts, _make_normalizer(normalizer, lang, max_chars))
+
+
+def unit_series(texts: pd.Series, normalizer: str, lang: str, max_chars: int | None
+                ) -> pd.Series:
+    """Near-matching units of the texts: object Series of 16-byte bytes or None, same index.
+
+    Near matching collapses records into units and signs one text per unit (SPEC 5).  The unit
+    must fix the tokens, and the key does not: under ``whitespace`` and ``code`` the texts
+    ``"ab c"`` and ``"a bc"`` share a key but not a token.  A unit is the BLAKE2b of the
+    tokenised text's whitespace-separated runs joined by single spaces: equal runs give equal
+    tokens (a token never spans whitespace), and the runs fix the normalised text, so a unit
+    lies within one key.  Under ``exact`` the key already fixes the text, and is the unit.  None
+    exactly where the key is None.
+    """
+    max_chars = _check(normalizer, lang, max_chars)
+    if normalizer == "exact":
+        return key_series(texts, normalizer, lang, max_chars)
+    source = _token_source(normalizer, lang, max_chars)
+    join = " ".join
+    return _digests(texts, lambda t: join(source(t).split()))
+
+
+def _digests(texts: pd.Series, derive: Callable[[str], str]) -> pd.Series:
+    """The 16-byte BLAKE2b of ``derive(text)`` for each text, None for a null text or an empty
+    derived one.  The hot path: one pass over the values with locally bound functions."""
     import pandas as pd
 
-    max_chars = _check(normalizer, lang, max_chars)
     # Copying the configured hasher is ~30% cheaper than calling
     # blake2b(data, digest_size=16) for every record.
     new_hasher = _KEY_HASHER.copy
     is_str = isinstance
     str_ = str
     null = _null_or_raise
-    norm = _make_normalizer(normalizer, lang, max_chars)
     out: list[bytes | None] = []
     append = out.append
     for t in texts.tolist():
         if is_str(t, str_):
-            n = norm(t)
+            n = derive(t)
             if n:
                 h = new_hasher()
                 h.update(n.encode("utf-8", "surrogatepass"))
@@ -457,3 +487,11 @@ def key_column(normalizer: str = "whitespace", lang: str = "c",
     _check(normalizer, lang, max_chars)
     return ("key", functools.partial(key_series, normalizer=normalizer, lang=lang,
                                      max_chars=max_chars), "binary")
+
+
+def unit_column(normalizer: str = "whitespace", lang: str = "c",
+                max_chars: int | None = None) -> tuple[str, Callable[[pd.Series], pd.Series], str]:
+    """The `unit` column (:func:`unit_series`) as the read derives it, like :func:`key_column`."""
+    _check(normalizer, lang, max_chars)
+    return ("unit", functools.partial(unit_series, normalizer=normalizer, lang=lang,
+                                      max_chars=max_chars), "binary")

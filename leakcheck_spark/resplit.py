@@ -1,7 +1,7 @@
 """Leak-free split reassignment (SPEC section 6, ``resplit``).
 
 Records are the nodes of the match graph: records with equal keys match exactly, and with
-``--near`` verified near pairs of keys join theirs.  Every connected component (a *duplicate
+``--near`` verified near pairs of texts join theirs.  Every connected component (a *duplicate
 group*, transitive: A~B in train/val and B~C in val/test put A, B and C together) that spans more
 than one split moves whole into the highest-priority split it touches.
 
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from leakcheck_spark import errors, outputs
+from leakcheck_spark import errors, match, outputs
 from leakcheck_spark.audit import Timer, keyed, log, spark_action
 from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
@@ -144,11 +144,16 @@ def resplit(sources: Sequence[Source], options: Options | None = None,
             F.min("_order").alias("node"))
         group_of_key = key_node.select("key", F.col("node").alias("group_id"))
         if options.near:
-            near, near_cached = near_edges(records, options)
+            # Near edges join units (records of one unit share their tokens); a unit lies
+            # within one key, and a key's records are one group anyway, so each edge joins the
+            # nodes of its units' keys.
+            near, near_cached = near_edges(match.as_units(records), options)
             cached += near_cached
             timer.lap("near", near_progress(near_cached[0], options))
-            src = key_node.select(F.col("key"), F.col("node").alias("src"))
-            dst = key_node.select(F.col("key").alias("other"), F.col("node").alias("dst"))
+            unit_node = (records.where(F.col("key").isNotNull()).select("unit", "key").distinct()
+                         .join(key_node, "key"))
+            src = unit_node.select(F.col("unit").alias("key"), F.col("node").alias("src"))
+            dst = unit_node.select(F.col("unit").alias("other"), F.col("node").alias("dst"))
             edges = near.join(src, "key").join(dst, "other").select("src", "dst")
             comp = connected_components(edges)
             group_of_key = (key_node.join(comp, "node", "left")

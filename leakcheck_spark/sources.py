@@ -773,7 +773,7 @@ def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,
             F.lit(src.name).alias("dataset"), split.alias("split"),
             F.concat(F.lit(src.name + "/"), split).alias("group"), ident.alias("id"), "row",
             "text", "label", "label_canon", id_num.cast("long").alias("id_num"),
-            *[c for c in ("key", "fp") if c in part.columns], *keep,
+            *[c for c in ("key", "unit", "fp") if c in part.columns], *keep,
         )
         out = df if out is None else out.unionByName(df, allowMissingColumns=True)
     return out
@@ -783,7 +783,7 @@ def read_records(spark: SparkSession, sources: list[Source], opts: Options,
                  derived: Derived = NOTHING_DERIVED,
                  ) -> tuple[DataFrame, list[SourceFrame], Blocks]:
     """Read and check every source; return all records as one DataFrame (RECORD_COLUMNS, plus
-    `key` and `fp` when `derived` adds them)."""
+    `key`, `unit` and `fp` when `derived` adds them)."""
     _check_names(sources)
     frames = [read_source(spark, src, i, derived=derived) for i, src in enumerate(sources)]
     blocks = scan(spark, frames, opts)

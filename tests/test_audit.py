@@ -181,28 +181,41 @@ def test_a_text_with_thousands_of_copies(spark, tmp_path):
     assert conflict["labels"] == ["0", "1"]
 
 
-def test_matrices_and_overlaps_agree_with_brute_force_over_records(spark):
+@pytest.mark.parametrize("units", [False, True])
+def test_matrices_and_overlaps_agree_with_brute_force_over_records(spark, units):
     # 60 random records over 40 keys in three groups of two datasets, and 25 random near edges
     # between keys (exact and near matches, a key's lone record in a group, records matching
     # both ways): every matrix cell and overlap row against a record-by-record definition of
-    # SPEC section 5.
+    # SPEC section 5.  With `units`, near matching's model: a key holds up to three units (its
+    # records tokenised differently), near edges join units, and records of a key still match
+    # exactly whatever their units.
     from leakcheck_spark import match
     from leakcheck_spark.audit import matrices
 
     rnd = random.Random(5)
     groups = {"x/train": "x", "x/test": "x", "y/test": "y"}
     keys = [bytes([k]) * 16 for k in range(40)]
-    records = [(rnd.choice(keys), g, groups[g], f"r{i}", i % 7 * 100 + i)
-               for i, g in enumerate(rnd.choices(list(groups), k=60))]
+    unit_of = {k: [k[:15] + bytes([100 + u]) for u in range(rnd.choice([1, 1, 2, 3]))]
+               if units else [k] for k in keys}
+    records = [(k, rnd.choice(unit_of[k]), g, groups[g], f"r{i}", i % 7 * 100 + i)
+               for i, (k, g) in enumerate(zip(rnd.choices(keys, k=60),
+                                              rnd.choices(list(groups), k=60)))]
+    nodes = sorted({r[1] for r in records})
     sims = {}
-    for a, b in rnd.sample(list(itertools.combinations(keys, 2)), 25):
+    for a, b in rnd.sample(list(itertools.combinations(nodes, 2)), 25):
         sims[a, b] = sims[b, a] = rnd.choice([0.8, 0.85, 0.9, 0.97])
     df = spark.createDataFrame(
-        records, "key binary, group string, dataset string, id string, id_num long")
+        records, "key binary, unit binary, group string, dataset string, id string, id_num long")
     near = spark.createDataFrame([(a, b, "near", s) for (a, b), s in sims.items()],
                                  "key binary, other binary, match string, similarity double")
+    if units:
+        assert any(len(u) > 1 for u in unit_of.values())
+        same_key = match.unit_edges(df)
+        df = match.as_units(df)
+    else:
+        df = df.drop("unit")
     kg = match.key_groups(df)
-    edges = match.exact_edges(match.copied_keys(kg)).unionByName(near)
+    edges = (same_key if units else match.exact_edges(match.copied_keys(kg))).unionByName(near)
     reached = match.reach(kg, edges)
 
     def matches(r, s):  # (exact, similarity) of record r matching record s, else None
@@ -210,24 +223,24 @@ def test_matrices_and_overlaps_agree_with_brute_force_over_records(spark):
             return None
         if r[0] == s[0]:
             return True, 1.0
-        return (False, sims[r[0], s[0]]) if (r[0], s[0]) in sims else None
+        return (False, sims[r[1], s[1]]) if (r[1], s[1]) in sims else None
 
     expected, cells = [], {}
     for r in records:
         for g in groups:
-            found = [(s, m) for s in records if s[1] == g and (m := matches(r, s))]
+            found = [(s, m) for s in records if s[2] == g and (m := matches(r, s))]
             if not found:
                 continue
-            cells.setdefault((r[1], g), set()).add(r[3])
-            if g != r[1]:
+            cells.setdefault((r[2], g), set()).add(r[4])
+            if g != r[2]:
                 exact = any(m[0] for _, m in found)
-                ids = [s[3] for s, _ in sorted(found, key=lambda x: (x[0][4], x[0][3]))][:5]
-                expected.append((r[1], r[3], g, ids, "exact" if exact else "near",
+                ids = [s[4] for s, _ in sorted(found, key=lambda x: (x[0][5], x[0][4]))][:5]
+                expected.append((r[2], r[4], g, ids, "exact" if exact else "near",
                                  1.0 if exact else max(m[1] for _, m in found)))
     got = sorted(tuple(x) for x in match.overlaps(df, reached).collect())
     assert got == sorted(expected) and {e[4] for e in expected} == {"exact", "near"}
 
-    totals = {g: sum(r[1] == g for r in records) for g in groups}
+    totals = {g: sum(r[2] == g for r in records) for g in groups}
     split_m, dataset_m = matrices({g: {"records": n} for g, n in totals.items()}, groups, reached)
     assert {(a, b): v["count"] for a, row in split_m.items() for b, v in row.items() if v["count"]} \
         == {cell: len(ids) for cell, ids in cells.items()}

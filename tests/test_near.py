@@ -159,6 +159,42 @@ def test_each_key_is_represented_by_its_first_records_text(spark, tmp_path):
                                ignore_nullable=True)
 
 
+def test_each_record_is_near_matched_by_its_own_tokens(spark, cli, tmp_path):
+    # "ab c ..." and "a bc ..." share a key under the whitespace normaliser but not a token: a
+    # record's near matches and similarities come from its own shingles, whichever record of its
+    # key is read first (SPEC 4-5), in audit, clean, check and resplit.
+    from leakcheck_spark import check, clean, resplit
+
+    tail = " d e f g h i j k l m n o p q r s t"
+    texts = {"a": "ab c" + tail, "b": "a bc" + tail, "c": "a bc" + tail + " u"}
+    for name, text in texts.items():
+        write_jsonl(tmp_path / f"{name}.jsonl", [{"t": text}])
+    assert jaccard(texts["b"], texts["c"]) == 15 / 16 and jaccard(texts["a"], texts["c"]) < 0.8
+
+    def src(name: str, split: str) -> Source:
+        return Source(name, str(tmp_path / f"{name}.jsonl"), split=split, text_field="t")
+
+    opts = Options(near=True)
+    res = audit([src("a", "train"), src("b", "test"), src("c", "test")], opts, spark=spark)
+    assert sorted((r["from"], r["to"], r.match, r.similarity) for r in res.overlaps.collect()) == [
+        ("a/train", "b/test", "exact", 1.0), ("b/test", "a/train", "exact", 1.0),
+        ("b/test", "c/test", "near", 15 / 16), ("c/test", "b/test", "near", 15 / 16)]
+    res.unpersist()
+    # Adding a record with a's text to the against side does not hide c's near copy in b.
+    cleaned = clean(src("c", "test"), [src("a", "train"), src("b", "train")], opts, spark=spark)
+    assert cleaned.counts["against"] == 1
+    assert [(r.reason, r.similarity) for r in cleaned.rows.collect()] == [("against", 15 / 16)]
+    checked = check([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")],
+                    str(tmp_path / "c.jsonl"), n=3, options=opts, spark=spark)
+    assert [r.near for r in checked.records.collect()] == [15 / 16]
+    checked.unpersist()
+    moved = resplit([src("a", "train"), src("c", "test"), src("b", "val")], opts,
+                    ["train", "val", "test"], spark=spark)
+    assert sorted((r.dataset, r.split) for r in moved.assignment.collect()) == [
+        ("a", "train"), ("b", "train"), ("c", "train")]
+    moved.unpersist()
+
+
 def test_buckets_are_never_split_across_batches():
     rnd = np.random.default_rng(0)
     sizes = rnd.integers(1, 40, size=60)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import hashlib
+import itertools
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ from leakcheck_spark.normalize import (
     strip_comments,
     text_key,
     tokens,
+    unit_series,
 )
 
 PY_SNIPPET = '''import os
@@ -446,3 +448,32 @@ def test_series_helpers_empty_series():
     empty = pd.Series([], dtype=object)
     assert len(key_series(empty, "code", "auto", None)) == 0
     assert len(normalize_series(empty, "exact", "c", None)) == 0
+
+
+UNIT_TEXTS = ["ab c d", "a bc d", "a  bc\td", "a+b", "a + b", "a\u00a0bc d", "x = 1  # c",
+              "x = 1 // c", "x =1", "  ", "", None, "ab\x1cc", "ab c\nd # tail", "ab\tc d"]
+
+
+@pytest.mark.parametrize("normalizer", NORMALIZERS)
+@pytest.mark.parametrize("lang", ["c", "python"])
+@pytest.mark.parametrize("max_chars", [None, 3])
+def test_a_unit_fixes_the_tokens_and_lies_within_a_key(normalizer, lang, max_chars):
+    texts = pd.Series(UNIT_TEXTS, dtype=object)
+    units = unit_series(texts, normalizer, lang, max_chars).tolist()
+    keys = key_series(texts, normalizer, lang, max_chars).tolist()
+    assert [u is None for u in units] == [k is None for k in keys]
+    for i, j in itertools.combinations(range(len(UNIT_TEXTS)), 2):
+        if units[i] is not None and units[i] == units[j]:
+            assert keys[i] == keys[j]
+            assert (tokens(UNIT_TEXTS[i], normalizer, lang, max_chars)
+                    == tokens(UNIT_TEXTS[j], normalizer, lang, max_chars))
+        elif keys[i] is not None and keys[i] == keys[j] and normalizer != "exact":
+            # Same key, different units: only where whitespace splits the texts differently.
+            runs = [nz._token_source(normalizer, lang, max_chars)(UNIT_TEXTS[x]).split()
+                    for x in (i, j)]
+            assert runs[0] != runs[1]
+    if normalizer == "exact":
+        assert units == keys
+    elif max_chars is None:
+        # "ab c d" and "a bc d" share a key, not their tokens: two units.
+        assert keys[0] == keys[1] and units[0] != units[1] and units[1] == units[2]
