@@ -149,7 +149,9 @@ def first_ids(id_arrays: Column, k: int = MAX_MATCH_IDS) -> Column:
     """Aggregate: the k smallest ids over the `ids` arrays of :func:`smallest_ids` in a group."""
     import pyspark.sql.functions as F
 
-    merged = F.slice(F.array_sort(F.flatten(F.collect_list(id_arrays))), 1, k)
+    # Distinct: with near matching one record can be reached twice (an exact edge between two
+    # units of a key, and a near edge between the same two units).
+    merged = F.slice(F.array_sort(F.array_distinct(F.flatten(F.collect_list(id_arrays)))), 1, k)
     return F.transform(merged, lambda x: x["id"])
 
 

@@ -204,6 +204,9 @@ def test_matrices_and_overlaps_agree_with_brute_force_over_records(spark, units)
     sims = {}
     for a, b in rnd.sample(list(itertools.combinations(nodes, 2)), 25):
         sims[a, b] = sims[b, a] = rnd.choice([0.8, 0.85, 0.9, 0.97])
+    for u in unit_of.values():  # near edges between units of one key: the records match exactly
+        if len(u) > 1:
+            sims[u[0], u[1]] = sims[u[1], u[0]] = 0.9
     df = spark.createDataFrame(
         records, "key binary, unit binary, group string, dataset string, id string, id_num long")
     near = spark.createDataFrame([(a, b, "near", s) for (a, b), s in sims.items()],
