@@ -55,19 +55,20 @@ def unit_edges(records: DataFrame) -> DataFrame:
     With near matching the stages work on each record's `unit` (:func:`as_units`): records of
     one unit share their tokens, so a unit's near edges hold for every record of it, while one
     key may hold several units (``"ab c"`` and ``"a bc"``).  Records of one key still match
-    exactly: every two units of a key are joined by an exact edge, and a unit by a self-edge
-    when it has at least two records (as :func:`copied_keys`).  A key has one unit unless its
-    texts differ in where whitespace splits them, so this is one row per key in practice (a key
-    with m units gives m^2).
+    exactly: every two units of a key with at least two records are joined by an exact edge,
+    each unit to itself too (a unit's lone record never reaches its own group: :func:`reach`).
+    One aggregation by key, no join: a key has one unit unless its texts differ in where
+    whitespace splits them, so this is one row per copied key in practice (m units give m^2).
     """
     import pyspark.sql.functions as F
 
-    units = (records.where(F.col("key").isNotNull()).groupBy("key", "unit")
-             .agg(F.count(F.lit(1)).alias("_n")))
-    other = units.select(F.col("key").alias("_key"), F.col("unit").alias("other"))
-    return (units.join(other, F.col("key") == F.col("_key"))
-            .where((F.col("unit") != F.col("other")) | (F.col("_n") >= 2))
-            .select(F.col("unit").alias("key"), "other", F.lit("exact").alias("match"),
+    per_key = (records.where(F.col("key").isNotNull()).groupBy("key")
+               .agg(F.collect_set("unit").alias("_units"), F.count(F.lit(1)).alias("_n"))
+               .where(F.col("_n") >= 2))
+    pairs = F.flatten(F.transform("_units", lambda u: F.transform(
+        "_units", lambda v: F.struct(u.alias("key"), v.alias("other")))))
+    return (per_key.select(F.explode(pairs).alias("_e"))
+            .select("_e.key", "_e.other", F.lit("exact").alias("match"),
                     F.lit(1.0).alias("similarity")))
 
 
