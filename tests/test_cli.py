@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -316,3 +317,47 @@ def test_a_connect_client_without_a_filesystem_for_the_scheme_gets_a_usage_error
     assert err.value.message.startswith("cannot write nosuchscheme://bucket/out/report.json from "
                                         "this Spark Connect client: ")
     assert "fsspec" in err.value.hint and "\n" not in err.value.line()
+
+
+# --- outputs: all or nothing ----------------------------------------------------------------
+
+
+def test_a_move_into_place_that_fails_keeps_the_old_output_and_removes_the_staging(tmp_path,
+                                                                                    monkeypatch):
+    from leakcheck_spark import outputs
+    from leakcheck_spark.errors import LeakcheckError
+
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    real = outputs._LocalFiles._rename
+
+    def fail_into_place(self, src, dst):
+        if ".lc-tmp-" in src:
+            raise OSError(28, "No space left on device")
+        return real(self, src, dst)
+
+    monkeypatch.setattr(outputs._LocalFiles, "_rename", fail_into_place)
+    with pytest.raises(LeakcheckError) as err, outputs.staged(None, str(final)) as tmp:
+        Path(tmp).mkdir()
+        (Path(tmp) / "new.txt").write_text("new")
+    assert err.value.code == "LC_E_IO" and "No space left" in err.value.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert [p.name for p in final.iterdir()] == ["old.txt"]
+
+
+def test_all_or_nothing_restores_every_output_of_a_failed_block(tmp_path):
+    from leakcheck_spark import outputs
+
+    (tmp_path / "a.json").write_text("old a")
+    with pytest.raises(RuntimeError), outputs.all_or_nothing():
+        outputs.write_text_file(None, str(tmp_path / "a.json"), "new a")
+        outputs.write_text_file(None, str(tmp_path / "new" / "dir" / "b.json"), "new b")
+        assert (tmp_path / "a.json").read_text() == "new a"
+        raise RuntimeError("a later failure")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+    assert (tmp_path / "a.json").read_text() == "old a"
+    with outputs.all_or_nothing():
+        outputs.write_text_file(None, str(tmp_path / "a.json"), "new a")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+    assert (tmp_path / "a.json").read_text() == "new a"
