@@ -33,6 +33,14 @@ def error_code(stderr: str) -> str:
     return m.group(1)
 
 
+def json_error_code(stderr: str) -> str:
+    """The code of the one error object printed with --json (and nothing like a trace)."""
+    assert "Traceback" not in stderr and "\tat org." not in stderr
+    err = json.loads(stderr.strip().splitlines()[-1])["error"]
+    assert err["message"] and err["hint"] and "bug" not in err["hint"]
+    return err["code"]
+
+
 def test_audit_out_dir_json_and_fail_on_overlap(cli, data):
     out = data / "report"
     code, stdout, _ = cli("audit", "-d", f"p:train={data / 'train.jsonl'}",
@@ -319,7 +327,104 @@ def test_a_connect_client_without_a_filesystem_for_the_scheme_gets_a_usage_error
     assert "fsspec" in err.value.hint and "\n" not in err.value.line()
 
 
-# --- outputs: all or nothing ----------------------------------------------------------------
+# --- outputs: where a run may write, and all or nothing -------------------------------------
+
+
+@pytest.mark.parametrize("out, what", [
+    ("in", "is"), (".", "holds"), ("in/report", "lies inside"), ("in/sub/../report", "lies inside"),
+])
+def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused(cli, tmp_path, monkeypatch,
+                                                                     out, what):
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"t": "int a;"}])
+    before = (tmp_path / "in" / "a.jsonl").read_bytes()
+    for spec in ("x=in", "x=in/*.jsonl", f"x={tmp_path / 'in'}"):
+        rc, _, stderr = cli("audit", "-d", spec, "--text-field", "t", "--out-dir", out)
+        assert rc == 2 and error_code(stderr) == "LC_E_USAGE", stderr
+        assert f"--out-dir {out} {what} the input {spec[2:]}" in stderr
+        assert sorted(p.name for p in (tmp_path / "in").iterdir()) == ["a.jsonl"]
+        assert (tmp_path / "in" / "a.jsonl").read_bytes() == before
+
+
+def test_clean_may_replace_its_own_test_file_but_no_other_input(cli, tmp_path):
+    write_jsonl(tmp_path / "test.jsonl", [{"t": "int a;"}, {"t": "int z;"}])
+    write_jsonl(tmp_path / "train.jsonl", [{"t": "int a;"}])
+    test, train = tmp_path / "test.jsonl", tmp_path / "train.jsonl"
+    for flags in (["--out", train], ["--out", tmp_path / "c.jsonl", "--report", test],
+                  ["--out", tmp_path / "c.jsonl", "--json", train]):
+        rc, _, stderr = cli("clean", "--test", f"b={test}", "--against", f"a={train}",
+                            "--text-field", "t", *flags)
+        code = (json_error_code if "--json" in flags else error_code)(stderr)
+        assert rc == 2 and code == "LC_E_USAGE" and "is the input" in stderr
+    assert train.read_text() == '{"t": "int a;"}\n' and not (tmp_path / "c.jsonl").exists()
+    rc, _, _ = cli("clean", "--test", f"b={test}", "--against", f"a={train}", "--text-field", "t",
+                   "--out", test, "--report", tmp_path / "r.json")
+    assert rc == 0 and test.read_text() == '{"t": "int z;"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "test.jsonl", "train.jsonl"]
+
+
+@pytest.mark.parametrize("command, flag", [
+    ("audit", "--out-dir"), ("audit", "--json"), ("clean", "--out"), ("clean", "--report"),
+    ("clean", "--json"),
+])
+def test_an_empty_output_path_is_a_usage_error(cli, data, monkeypatch, command, flag):
+    monkeypatch.chdir(data)
+    sources = (["-d", "p=train.jsonl"] if command == "audit" else
+               ["--test", "p=test.jsonl", "--against", "q=train.jsonl"]
+               + ([] if flag == "--out" else ["--out", "c.jsonl"]))
+    rc, stdout, stderr = cli(command, *sources, "--text-field", "func", flag, "")
+    assert rc == 2 and f"{flag} is empty" in stderr and not stdout
+    assert sorted(p.name for p in data.iterdir()) == ["test.jsonl", "train.jsonl"]
+
+
+def test_outputs_that_overlap_or_sit_under_a_file_are_refused_before_any_work(cli, data):
+    (data / "afile").write_text("x")
+    base = ["--test", f"p={data / 'test.jsonl'}", "--against", f"q={data / 'train.jsonl'}",
+            "--text-field", "func"]
+    rc, _, stderr = cli("clean", *base, "--out", data / "c1.jsonl", "--report",
+                        data / "afile" / "r.json")
+    assert rc == 2 and error_code(stderr) == "LC_E_IO" and "afile is not a directory" in stderr
+    rc, _, stderr = cli("audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func",
+                        "--out-dir", data / "rep", "--json", data / "rep" / "j.json")
+    assert rc == 2 and json_error_code(stderr) == "LC_E_USAGE" and "overlap" in stderr
+    (data / "adir").mkdir()
+    rc, _, stderr = cli("clean", *base, "--out", data / "c1.jsonl", "--report", data / "adir")
+    assert rc == 2 and error_code(stderr) == "LC_E_USAGE" and "adir is a directory" in stderr
+    assert sorted(p.name for p in data.iterdir()) == ["adir", "afile", "test.jsonl",
+                                                      "train.jsonl"]
+
+
+def test_a_failure_after_the_first_output_puts_back_what_was_there(cli, data, monkeypatch):
+    from leakcheck_spark import outputs
+
+    real_open = outputs._LocalFiles._open_write
+
+    def refuse_json(self, path):
+        if "j.json" in path:
+            raise PermissionError(13, "Permission denied")
+        return real_open(self, path)
+
+    monkeypatch.setattr(outputs._LocalFiles, "_open_write", refuse_json)
+    (data / "rep").mkdir()
+    (data / "rep" / "old.txt").write_text("old")
+    (data / "c1.jsonl").write_text("old")
+    for command in (["audit", "-d", f"p={data / 'train.jsonl'}", "--out-dir", data / "rep"],
+                    ["clean", "--test", f"p={data / 'test.jsonl'}", "--against",
+                     f"q={data / 'train.jsonl'}", "--out", data / "c1.jsonl", "--report",
+                     data / "new" / "r.json"]):
+        rc, _, stderr = cli(*command, "--text-field", "func", "--json", data / "sub" / "j.json")
+        assert rc == 2 and json_error_code(stderr) == "LC_E_IO", stderr
+        assert "cannot write" in stderr and "Permission denied" in stderr
+        assert sorted(p.name for p in data.iterdir()) == ["c1.jsonl", "rep", "test.jsonl",
+                                                          "train.jsonl"]
+        assert [p.name for p in (data / "rep").iterdir()] == ["old.txt"]
+        assert (data / "c1.jsonl").read_text() == "old"
+
+
+def test_json_file_gets_its_parent_directories(cli, data):
+    rc, _, _ = cli("audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func", "--json",
+                   data / "a" / "b" / "j.json")
+    assert rc == 0 and json.loads((data / "a" / "b" / "j.json").read_text())["groups"]
 
 
 def test_a_move_into_place_that_fails_keeps_the_old_output_and_removes_the_staging(tmp_path,
