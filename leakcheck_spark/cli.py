@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 from leakcheck_spark import __version__, errors
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
-from leakcheck_spark.options import FORMATS, Options, Source
+from leakcheck_spark.options import FORMATS, MAX_LENGTH, MAX_NUM_PERM, Options, Source
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,6 +31,15 @@ COMMANDS = ("audit", "clean", "resplit", "images", "fingerprint", "check")
 OUTPUT_FLAGS = (("out_dir", "--out-dir"), ("out", "--out"), ("resplit_out", "--resplit-out"),
                 ("report", "--report"), ("json", "--json"))
 FILE_OUTPUTS = ("--report", "--json")
+
+
+class _StoreFlag(argparse.Action):
+    """Store the value, and as DEST_flag the option string typed (an alias names itself in
+    errors: ``check --near-threshold``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_flag", option_string)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,13 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     def matching(p: argparse.ArgumentParser, *threshold_aliases: str) -> None:
         m = p.add_argument_group("matching")
-        m.add_argument("--normalizer", choices=NORMALIZERS, default="whitespace")
-        m.add_argument("--lang", choices=LANGS, default="c")
-        m.add_argument("--max-chars", type=int, metavar="N", help="truncate texts to N characters")
+        m.add_argument("--normalizer", choices=NORMALIZERS, default="whitespace",
+                       help="how texts are compared (default whitespace)")
+        m.add_argument("--lang", choices=LANGS, default="c",
+                       help="comment syntax for --normalizer code (default c)")
+        m.add_argument("--max-chars", type=int, metavar="N",
+                       help=f"truncate texts to N characters (1 to {MAX_LENGTH}; "
+                            "default: no limit)")
         m.add_argument("--near", action="store_true", help="also match near-duplicates")
-        m.add_argument("--threshold", *threshold_aliases, type=float, default=0.8, metavar="T")
-        m.add_argument("--shingle", type=int, default=5, metavar="K")
-        m.add_argument("--num-perm", type=int, default=128, metavar="P")
+        m.add_argument("--threshold", *threshold_aliases, type=float, default=0.8, metavar="T",
+                       action=_StoreFlag,
+                       help="with --near: shingle Jaccard similarity >= T matches (in (0, 1]; "
+                            "default 0.8)")
+        m.add_argument("--shingle", type=int, default=5, metavar="K",
+                       help=f"with --near: shingle length in tokens (1 to {MAX_LENGTH}; default 5)")
+        m.add_argument("--num-perm", type=int, default=128, metavar="P",
+                       help=f"with --near: MinHash permutations (1 to {MAX_NUM_PERM}; "
+                            "default 128)")
         m.add_argument("--max-rows", type=int, default=0, metavar="N",
                        help="read at most N rows per source (0 = all)")
 
@@ -232,9 +251,16 @@ def apply_overrides(sources: list[Source], overrides: Sequence[str]) -> list[Sou
 
 
 def build_options(args: argparse.Namespace) -> Options:
-    return Options(normalizer=args.normalizer, lang=args.lang, max_chars=args.max_chars,
-                   near=args.near, threshold=args.threshold, shingle=args.shingle,
-                   num_perm=args.num_perm, max_rows=args.max_rows, format=args.format)
+    try:
+        return Options(normalizer=args.normalizer, lang=args.lang, max_chars=args.max_chars,
+                       near=args.near, threshold=args.threshold, shingle=args.shingle,
+                       num_perm=args.num_perm, max_rows=args.max_rows, format=args.format)
+    except LeakcheckError as err:
+        typed = getattr(args, "threshold_flag", None) or "--threshold"
+        if typed == "--threshold" or not err.message.startswith("--threshold "):
+            raise
+        raise LeakcheckError(err.code, typed + err.message[len("--threshold"):],
+                             err.hint.replace("--threshold", typed)) from None
 
 
 def _conf_pairs(items: Sequence[str]) -> list[tuple[str, str]]:
@@ -420,6 +446,9 @@ def run_check(args: argparse.Namespace) -> int:
     train = [Source(TRAIN, path, text_field=args.text_field, noleak=True) for path in args.train]
     eval_source = Source(EVAL, args.eval, text_field=args.text_field, id_field=args.id_field,
                          noleak=True)
+    if not 0 < args.n <= MAX_LENGTH:  # before Spark starts (check() would say so after)
+        raise LeakcheckError(errors.USAGE, f"--n {args.n} is not valid: expected an integer from "
+                             f"1 to {MAX_LENGTH}", "fix --n (noleak's default is 13)")
     options = build_options(args)
     check_outputs(args, [*args.train, args.eval])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,

@@ -132,6 +132,14 @@ def write(name, text):
     (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--num-perm", "100000000"], "LC_E_USAGE",
      "--num-perm"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--shingle", "0"], "LC_E_USAGE", "--shingle"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--shingle", "2147483648"], "LC_E_USAGE",
+     "--shingle 2147483648 is not valid: expected an integer from 1 to 2147483647"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--shingle", "9223372036854775808"],
+     "LC_E_USAGE", "--shingle"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--max-chars", "9223372036854775808"],
+     "LC_E_USAGE", "--max-chars 9223372036854775808 is not valid"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--max-chars", "2147483648"], "LC_E_USAGE",
+     "--max-chars"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--threshold", "0"], "LC_E_USAGE", "--threshold"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--threshold", "1.5"], "LC_E_USAGE", "--threshold"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--max-chars", "0"], "LC_E_USAGE", "--max-chars"),
@@ -170,6 +178,26 @@ def test_bom_is_accepted(cli, data):
 def test_check_flags_are_its_own(cli):
     rc, _, stderr = cli("check", "-d", "x=y", "--eval", "e.txt", "--train", "t.txt")
     assert rc == 2 and error_code(stderr) == "LC_E_USAGE" and "check --help" in stderr
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--n", "99999999999999999999"], "--n 99999999999999999999 is not valid"),
+    (["--n", "0"], "--n 0 is not valid"),
+    (["--n", "2147483648"], "expected an integer from 1 to 2147483647"),
+    (["--near", "--near-threshold", "0"], "--near-threshold 0.0 is not valid"),
+    (["--near", "--threshold", "2"], "--threshold 2.0 is not valid"),
+])
+def test_check_values_are_refused_before_spark_starts(cli, data, monkeypatch, extra, needle):
+    import leakcheck_spark.session
+
+    def no_session(*_, **__):
+        raise AssertionError("Spark was started for a bad flag value")
+
+    monkeypatch.setattr(leakcheck_spark.session, "get_session", no_session)
+    rc, _, stderr = cli("check", "--train", data / "train.jsonl", "--eval", data / "test.jsonl",
+                        "--field", "func", *extra)
+    assert rc == 2 and error_code(stderr) == "LC_E_USAGE" and needle in stderr, stderr
+    assert "hint: fix --near-threshold" in stderr if "--near-threshold" in extra else True
 
 
 def test_python_dash_m_entry_point(data):
