@@ -301,10 +301,47 @@ def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "leakcheck_spark", "audit", "--master",
                            "nosuch://host", "-d", f"a={tmp_path / 'a.jsonl'}", "--text-field", "t"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    last = proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert last.startswith("leakcheck-spark: error [LC_E_IO]: cannot start a Spark session on "
-                           "nosuch://host: ")
+    # Refused before Spark is launched: no JVM "Exception in thread main" and its stack trace.
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert error_code(proc.stderr) == "LC_E_USAGE"
+    assert "--master 'nosuch://host' is not a Spark master URL" in proc.stderr
+
+
+@pytest.mark.parametrize("master, ok", [
+    ("local", True), ("local[2]", True), ("local[*]", True), ("local[4,3]", True),
+    ("local[*, 2]", True), ("local-cluster[2,1,1024]", True), ("spark://h:7077", True),
+    ("spark://h1:7077,h2:7077", True), ("yarn", True), ("k8s://https://h:443", True),
+    ("bogus://x", False), ("local[0]", False), ("local[abc]", False), ("localhost", False),
+    ("", False), ("mesos://h:5050", False), ("yarn-client", False), ("spark://", False),
+])
+def test_the_master_urls_spark_can_start(master, ok):
+    from leakcheck_spark.errors import LeakcheckError
+    from leakcheck_spark.session import check_master
+
+    if ok:
+        check_master(master)
+    else:
+        with pytest.raises(LeakcheckError) as err:
+            check_master(master)
+        assert err.value.code == "LC_E_USAGE"
+
+
+def test_a_spark_setting_spark_refuses_is_a_usage_error_naming_it(cli, data, tmp_path):
+    import subprocess
+    import sys
+
+    # A session this process builds (the CLI's usual case) and the active one (the fixture's).
+    proc = subprocess.run([sys.executable, "-m", "leakcheck_spark", "audit", "-d",
+                           f"a={data / 'train.jsonl'}", "--text-field", "func", "--master",
+                           "local[1]", "--conf", "spark.sql.shuffle.partitions=abc", "--conf",
+                           "spark.sql.ansi.enabled=true"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    rc, _, stderr = cli("audit", "-d", f"a={data / 'train.jsonl'}", "--text-field", "func",
+                        "--conf", "spark.sql.shuffle.partitions=abc")
+    for code, err in ((proc.returncode, proc.stderr), (rc, stderr)):
+        assert code == 2 and error_code(err) == "LC_E_USAGE", err
+        assert "Spark refused --conf spark.sql.shuffle.partitions=abc: The value 'abc'" in err
+        assert "ansi" not in err and "bug" not in err
 
 
 def test_file_uris_and_paths_with_spaces_give_the_same_outputs(spark, cli, tmp_path):
