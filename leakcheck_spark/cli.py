@@ -11,17 +11,35 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from leakcheck_spark import __version__, errors
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
-from leakcheck_spark.options import FORMATS, Options, Source
+from leakcheck_spark.options import FORMATS, MAX_LENGTH, MAX_NUM_PERM, Options, Source
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 PROG = "leakcheck-spark"
 OVERRIDE_KEYS = ("text", "label", "split", "id", "config", "hf_split")
 COMMANDS = ("audit", "clean", "resplit", "images", "fingerprint", "check")
+# The flags that name something a run writes (attribute of the parsed args, flag); the last two
+# are single JSON files.
+OUTPUT_FLAGS = (("out_dir", "--out-dir"), ("out", "--out"), ("resplit_out", "--resplit-out"),
+                ("report", "--report"), ("json", "--json"))
+FILE_OUTPUTS = ("--report", "--json")
+
+
+class _StoreFlag(argparse.Action):
+    """Store the value, and as DEST_flag the option string typed (an alias names itself in
+    errors: ``check --near-threshold``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_flag", option_string)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,13 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     def matching(p: argparse.ArgumentParser, *threshold_aliases: str) -> None:
         m = p.add_argument_group("matching")
-        m.add_argument("--normalizer", choices=NORMALIZERS, default="whitespace")
-        m.add_argument("--lang", choices=LANGS, default="c")
-        m.add_argument("--max-chars", type=int, metavar="N", help="truncate texts to N characters")
+        m.add_argument("--normalizer", choices=NORMALIZERS, default="whitespace",
+                       help="how texts are compared (default whitespace)")
+        m.add_argument("--lang", choices=LANGS, default="c",
+                       help="comment syntax for --normalizer code (default c)")
+        m.add_argument("--max-chars", type=int, metavar="N",
+                       help=f"truncate texts to N characters (1 to {MAX_LENGTH}; "
+                            "default: no limit)")
         m.add_argument("--near", action="store_true", help="also match near-duplicates")
-        m.add_argument("--threshold", *threshold_aliases, type=float, default=0.8, metavar="T")
-        m.add_argument("--shingle", type=int, default=5, metavar="K")
-        m.add_argument("--num-perm", type=int, default=128, metavar="P")
+        m.add_argument("--threshold", *threshold_aliases, type=float, default=0.8, metavar="T",
+                       action=_StoreFlag,
+                       help="with --near: shingle Jaccard similarity >= T matches (in (0, 1]; "
+                            "default 0.8)")
+        m.add_argument("--shingle", type=int, default=5, metavar="K",
+                       help=f"with --near: shingle length in tokens (1 to {MAX_LENGTH}; default 5)")
+        m.add_argument("--num-perm", type=int, default=128, metavar="P",
+                       help=f"with --near: MinHash permutations (1 to {MAX_NUM_PERM}; "
+                            "default 128)")
         m.add_argument("--max-rows", type=int, default=0, metavar="N",
                        help="read at most N rows per source (0 = all)")
 
@@ -223,9 +251,16 @@ def apply_overrides(sources: list[Source], overrides: Sequence[str]) -> list[Sou
 
 
 def build_options(args: argparse.Namespace) -> Options:
-    return Options(normalizer=args.normalizer, lang=args.lang, max_chars=args.max_chars,
-                   near=args.near, threshold=args.threshold, shingle=args.shingle,
-                   num_perm=args.num_perm, max_rows=args.max_rows, format=args.format)
+    try:
+        return Options(normalizer=args.normalizer, lang=args.lang, max_chars=args.max_chars,
+                       near=args.near, threshold=args.threshold, shingle=args.shingle,
+                       num_perm=args.num_perm, max_rows=args.max_rows, format=args.format)
+    except LeakcheckError as err:
+        typed = getattr(args, "threshold_flag", None) or "--threshold"
+        if typed == "--threshold" or not err.message.startswith("--threshold "):
+            raise
+        raise LeakcheckError(err.code, typed + err.message[len("--threshold"):],
+                             err.hint.replace("--threshold", typed)) from None
 
 
 def _conf_pairs(items: Sequence[str]) -> list[tuple[str, str]]:
@@ -238,17 +273,87 @@ def _conf_pairs(items: Sequence[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _emit_json(target: str, obj: dict) -> None:
+def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
+                  in_place: str | None = None) -> None:
+    """Refuse, before any work, an output a run must not write or could not write.
+
+    An output path may not be empty; may not be an input, a directory holding one, or lie inside
+    an input directory (or the directory an input glob searches), as replacing it would delete
+    the input -- except `in_place` (``clean --out`` naming its own ``--test`` file, read before it
+    is replaced); may not be, hold or lie inside another output; a JSON file may not be an
+    existing directory; and a local output's parent may not be a file.
+
+    Raises:
+        LeakcheckError: LC_E_USAGE, or LC_E_IO for a parent that is a file.
+    """
+    from leakcheck_spark.hf import PREFIX as HF
+    from leakcheck_spark.paths import comparable, is_local, local_path, within
+    from leakcheck_spark.sources import TABLE_PREFIX
+
+    outs = [(flag, getattr(args, attr)) for attr, flag in OUTPUT_FLAGS
+            if getattr(args, attr, None) is not None and not (flag == "--json"
+                                                              and args.json == "-")]
+    for flag, path in outs:
+        if not path.strip():
+            raise LeakcheckError(errors.USAGE, f"{flag} is empty", f"give {flag} a path")
+    seen: list[tuple[str, str, str]] = []
+    for flag, path in outs:
+        where = comparable(path)
+        for other_flag, other, other_where in seen:
+            if within(where, other_where) or within(other_where, where):
+                raise LeakcheckError(errors.USAGE, f"{flag} {path} and {other_flag} {other} "
+                                     "overlap", "give each output a place of its own")
+        seen.append((flag, path, where))
+        for source in inputs:
+            if source.startswith((HF, TABLE_PREFIX)):
+                continue
+            src = comparable(source)
+            if flag == "--out" and source == in_place and where == src:
+                continue
+            if within(where, src) or within(src, where):
+                what = ("is" if where == src else "holds" if within(src, where)
+                        else "lies inside")
+                raise LeakcheckError(
+                    errors.USAGE, f"{flag} {path} {what} the input {source}: writing it would "
+                    "replace or mix with the input", "write the output somewhere else")
+        if not is_local(path):
+            continue
+        local = local_path(path)
+        if flag in FILE_OUTPUTS and os.path.isdir(local):
+            raise LeakcheckError(errors.USAGE, f"{flag} {path} is a directory",
+                                 f"give {flag} a file name")
+        parent = os.path.dirname(os.path.abspath(local))
+        while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise LeakcheckError(errors.IO, f"cannot write {flag} {path}: {parent} is not a "
+                                 "directory", "give an output path under a directory")
+
+
+def _emit_json(spark: SparkSession, target: str, obj: dict) -> None:
+    """`obj` as JSON on stdout (`target` ``-``) or in file `target` (written atomically, its
+    parent directories created)."""
+    from leakcheck_spark import outputs
+
     text = json.dumps(obj, indent=2, ensure_ascii=False)
     if target == "-":
         print(text)
     else:
-        with open(target, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+        outputs.write_text_file(spark, target, text + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed command; returns the exit code.  Raises LeakcheckError."""
+    """Run a parsed command; returns the exit code.  Raises LeakcheckError.
+
+    The outputs of a run are all kept or none is: a failure after one is written removes it
+    again and puts back what it replaced."""
+    from leakcheck_spark import outputs
+
+    with outputs.all_or_nothing():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from leakcheck_spark.session import get_session
 
     if args.command == "images":
@@ -270,15 +375,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         specs = [args.test, *args.against]
         sources = apply_overrides([parse_source(d, args) for d in specs], args.overrides)
+    check_outputs(args, [s.path for s in sources],
+                  in_place=sources[0].path if args.command == "clean" else None)
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
     if args.command == "audit":
         from leakcheck_spark.audit import audit
 
         result = audit(sources, options, spark=spark)
-        if args.out_dir:
+        if args.out_dir is not None:
             result.write(args.out_dir)
-        _print_report(args, result)
+        _print_report(spark, args, result)
         return 1 if args.fail_on_overlap and result.cross_group_overlap else 0
     if args.command == "resplit":
         from leakcheck_spark.resplit import render, resplit
@@ -286,8 +393,8 @@ def run(args: argparse.Namespace) -> int:
         result = resplit(sources, options, priority, spark=spark)
         result.write(args.out)
         report = {**result.to_dict(), "out": args.out}
-        if args.json:
-            _emit_json(args.json, report)
+        if args.json is not None:
+            _emit_json(spark, args.json, report)
         text = f"{render(report)}\nwrote {args.out}"
         print(text, file=sys.stderr if args.json == "-" else sys.stdout)
         result.unpersist()
@@ -297,10 +404,10 @@ def run(args: argparse.Namespace) -> int:
     result = clean(sources[0], sources[1:], options, dedup=args.dedup,
                    drop_conflicts=args.drop_conflicts, spark=spark)
     result.write(args.out)
-    if args.report:
+    if args.report is not None:
         result.write_report(args.report)
-    if args.json:
-        _emit_json(args.json, {"schema": "leakcheck-spark/clean/v1", "out": args.out,
+    if args.json is not None:
+        _emit_json(spark, args.json, {"schema": "leakcheck-spark/clean/v1", "out": args.out,
                                **result.counts})
     line = f"{sources[0].label}: {result.summary()} -> {args.out}"
     print(line, file=sys.stderr if args.json == "-" else sys.stdout)
@@ -318,11 +425,12 @@ def run_fingerprint(args: argparse.Namespace) -> int:
     # Without a text field, records are read as noleak reads them, so that the fingerprint of a
     # file equals `noleak fingerprint FILE`'s.
     sources = [s if s.text_field else dataclasses.replace(s, noleak=True) for s in sources]
+    check_outputs(args, [s.path for s in sources])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
     prints = fingerprint_sources(sources, args.by, spark=spark)
-    if args.json:
-        _emit_json(args.json, {"schema": "leakcheck-spark/fingerprint/v1", "by": args.by,
+    if args.json is not None:
+        _emit_json(spark, args.json, {"schema": "leakcheck-spark/fingerprint/v1", "by": args.by,
                                "fingerprints": prints})
     if args.json != "-":
         print(render(prints, args.by))
@@ -338,15 +446,19 @@ def run_check(args: argparse.Namespace) -> int:
     train = [Source(TRAIN, path, text_field=args.text_field, noleak=True) for path in args.train]
     eval_source = Source(EVAL, args.eval, text_field=args.text_field, id_field=args.id_field,
                          noleak=True)
+    if not 0 < args.n <= MAX_LENGTH:  # before Spark starts (check() would say so after)
+        raise LeakcheckError(errors.USAGE, f"--n {args.n} is not valid: expected an integer from "
+                             f"1 to {MAX_LENGTH}", "fix --n (noleak's default is 13)")
     options = build_options(args)
+    check_outputs(args, [*args.train, args.eval])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
     result = check(train, eval_source, args.n, options, spark=spark)
     try:
-        if args.out_dir:
+        if args.out_dir is not None:
             result.write(args.out_dir)
-        if args.json:
-            _emit_json(args.json, result.to_dict())
+        if args.json is not None:
+            _emit_json(spark, args.json, result.to_dict())
         print(result.summary(), file=sys.stderr if args.json == "-" else sys.stdout)
     finally:
         result.unpersist()
@@ -365,24 +477,26 @@ def run_images(args: argparse.Namespace) -> int:
     options = ImageOptions(threshold=args.threshold, path_field=args.path_field,
                            bytes_field=args.bytes_field, format=args.format)
     priority = parse_priority(args.priority)
+    check_outputs(args, [s.path for s in sources])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
     result = images(sources, options, spark=spark)
-    if args.out_dir:
+    if args.out_dir is not None:
         result.write(args.out_dir)
-    if args.resplit_out:
+    if args.resplit_out is not None:
         result.write_resplit(args.resplit_out, priority)
-    _print_report(args, result)
+    _print_report(spark, args, result)
     return 0
 
 
-def _print_report(args: argparse.Namespace, result) -> None:  # noqa: ANN001 - a result
+def _print_report(spark: SparkSession, args: argparse.Namespace,
+                  result) -> None:  # noqa: ANN001 - a result
     """The report of an audit-like result: JSON (--json) and the terminal summary."""
     from leakcheck_spark.report import render
 
     report = result.to_dict()
-    if args.json:
-        _emit_json(args.json, report)
+    if args.json is not None:
+        _emit_json(spark, args.json, report)
     if args.json != "-":
         print(render(report))
     result.unpersist()

@@ -353,7 +353,9 @@ def _window_hashes(tok: np.ndarray, counts: np.ndarray, k: int) -> tuple[np.ndar
     w = width[owner]
     acc = np.zeros(len(first), dtype=np.uint64)
     short = bool(((counts > 0) & (counts < k)).any())  # fewer than K tokens: one shorter window
-    for j in range(k):  # K shifted multiply-adds over all shingles of the batch
+    # K shifted multiply-adds over all shingles of the batch; past the widest window (a batch
+    # of texts all shorter than K) a step would change nothing, so the loop stops there.
+    for j in range(int(w.max())):
         if short:
             acc = np.where(j < w, acc * _M + tok[np.minimum(first + j, len(tok) - 1)], acc)
         else:

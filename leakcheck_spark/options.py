@@ -13,6 +13,10 @@ DEFAULT_SPLIT = "all"
 # Candidates are verified exactly, so permutations past a few hundred only move recall near the
 # threshold while the cost grows with them; the bound stops a typo (P values per text) early.
 MAX_NUM_PERM = 8192
+# The largest --shingle, --max-chars (and check --n): a Spark string holds less than 2 GiB, so no
+# text has more characters or tokens, and a larger value means the same; the bound keeps values
+# inside the 64-bit arithmetic of the Python workers, where a bigger one failed mid-run.
+MAX_LENGTH = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -92,14 +96,15 @@ class Options:
             raise bad("--lang", self.lang, " | ".join(LANGS))
         if self.format not in FORMATS:
             raise bad("--format", self.format, " | ".join(FORMATS))
-        if self.max_chars is not None and self.max_chars <= 0:
-            raise bad("--max-chars", self.max_chars, "a positive integer")
+        if self.max_chars is not None and not 0 < self.max_chars <= MAX_LENGTH:
+            raise bad("--max-chars", self.max_chars,
+                      f"an integer from 1 to {MAX_LENGTH} (leave it out for no limit)")
         if self.max_rows < 0:
             raise bad("--max-rows", self.max_rows, "0 (all rows) or a positive integer")
         if not 0.0 < self.threshold <= 1.0:
             raise bad("--threshold", self.threshold, "a number in (0, 1]")
-        if self.shingle <= 0:
-            raise bad("--shingle", self.shingle, "a positive integer")
+        if not 0 < self.shingle <= MAX_LENGTH:
+            raise bad("--shingle", self.shingle, f"an integer from 1 to {MAX_LENGTH}")
         if not 0 < self.num_perm <= MAX_NUM_PERM:
             raise bad("--num-perm", self.num_perm, f"an integer from 1 to {MAX_NUM_PERM}")
 

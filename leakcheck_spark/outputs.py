@@ -1,14 +1,17 @@
 """Writing results so that a failed run leaves nothing that looks whole.
 
 Every output is first written to a hidden staging path next to its destination and moved into
-place only when all of it is written (:func:`staged`).  Spark writes the DataFrame outputs; small
-artifacts (report.json) are written by the driver (see :func:`_files` for how each kind of
-path is reached, including from a Spark Connect client).
+place only when all of it is written (:func:`staged`).  What it replaces is renamed aside first
+and deleted only once the new output is in place -- or, inside :func:`all_or_nothing`, once every
+output of the run is: a run that fails after writing one output puts back what was there before.
+Spark writes the DataFrame outputs; small artifacts (report.json) are written by the driver (see
+:func:`_files` for how each kind of path is reached, including from a Spark Connect client).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import shutil
@@ -24,20 +27,55 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+# The moves into place of the current all_or_nothing block: (files, final, what it replaced, set
+# aside or None); a directory the block created has no aside.
+_MOVES: contextvars.ContextVar[list | None] = contextvars.ContextVar("lc_moves", default=None)
+
+
+@contextlib.contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """Keep the outputs moved into place inside the block only if the whole block succeeds.
+
+    On an exception each of them is removed again (last first), what it replaced is put back and
+    the parent directories the block created are removed; on success what they replaced (kept
+    aside until then) is deleted.  So a run that fails writing its second output does not leave
+    its first one behind.
+    """
+    moves: list = []
+    token = _MOVES.set(moves)
+    try:
+        yield
+    except BaseException:
+        for fs, final, aside in reversed(moves):
+            with contextlib.suppress(Exception):  # put back as much as can be put back
+                fs.delete(final)
+            if aside is not None:
+                with contextlib.suppress(Exception):
+                    fs._rename(aside, final)
+        raise
+    else:
+        for fs, _, aside in moves:
+            if aside is not None:
+                with contextlib.suppress(Exception):
+                    fs.delete(aside)
+    finally:
+        _MOVES.reset(token)
+
+
 @contextlib.contextmanager
 def staged(spark: SparkSession, final: str) -> Iterator[str]:
     """Yield a staging path beside `final`; on success move it to `final` (replacing what was
-    there), on failure remove it.  Works for a file or a directory."""
-    parent, name = _split(final)
-    staging = _join(parent, f".{name}.lc-tmp-{uuid.uuid4().hex[:10]}")
+    there), on failure (of the block or of the move) remove it.  Works for a file or a
+    directory."""
+    staging = _sibling(final, "lc-tmp")
     fs = _files(spark, final)
-    fs.mkdirs(parent)
+    fs.make_parents(_split(final)[0])
     try:
         yield staging
+        fs.replace(staging, final)
     except BaseException:
         fs.delete(staging)
         raise
-    fs.replace(staging, final)
 
 
 def remove(spark: SparkSession, path: str) -> None:
@@ -151,6 +189,12 @@ def _join(parent: str, name: str) -> str:
     return name if parent == "." else f"{parent.rstrip('/')}/{name}"
 
 
+def _sibling(path: str, kind: str) -> str:
+    """A hidden, unique path beside `path`: ``.NAME.KIND-xxxxxxxxxx``."""
+    parent, name = _split(path)
+    return _join(parent, f".{name}.{kind}-{uuid.uuid4().hex[:10]}")
+
+
 def _is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
@@ -203,23 +247,55 @@ class _Files:
             raise LeakcheckError(errors.IO, f"cannot move {src} to {dst}: {exc}") from None
 
     def replace(self, src: str, dst: str) -> None:
-        self.delete(dst)
-        self.rename(src, dst)
+        """Move `src` to `dst`.  An existing `dst` is renamed aside first and deleted only once
+        `src` is in place (inside :func:`all_or_nothing`: once the block succeeds), so a failed
+        move keeps it."""
+        aside = None
+        if self.exists(dst):
+            aside = _sibling(dst, "lc-old")
+            self.rename(dst, aside)
+        try:
+            self.rename(src, dst)
+        except BaseException:
+            if aside is not None:
+                self._rename(aside, dst)
+            raise
+        moves = _MOVES.get()
+        if moves is not None:
+            moves.append((self, dst, aside))
+        elif aside is not None:
+            self.delete(aside)
+
+    def make_parents(self, path: str) -> None:
+        """Create directory `path` and its missing parents (inside :func:`all_or_nothing`,
+        local ones are removed again if the block fails)."""
+        moves = _MOVES.get()
+        top = None
+        if moves is not None and isinstance(self, _LocalFiles):
+            p = path
+            while not self.exists(p):
+                top, p = p, _split(p)[0]
+                if p == top:
+                    break
+        self.mkdirs(path)
+        if top is not None:
+            moves.append((self, top, None))
 
     def list(self, path: str) -> list[str]:
         """The entries of directory `path`, as paths under it, sorted."""
         return [_join(path, name) for name in sorted(self._names(path))]
 
     def write_text(self, path: str, chunks: Iterable[str]) -> None:
-        parent, name = _split(path)
-        tmp = _join(parent, f".{name}.lc-tmp-{uuid.uuid4().hex[:10]}")
+        parent = _split(path)[0]
+        tmp = _sibling(path, "lc-tmp")
         try:
-            self.mkdirs(parent)
+            self.make_parents(parent)
             with self._open_write(tmp) as fh:
                 fh.writelines(chunks)
             self.replace(tmp, path)
         except OSError as exc:
-            raise LeakcheckError(errors.IO, f"cannot write {path}: {exc.strerror or exc}") from None
+            raise LeakcheckError(errors.IO, f"cannot write {path}: {exc.strerror or exc}",
+                                 "check that the output's directory can be written") from None
         finally:
             self.delete(tmp)
 

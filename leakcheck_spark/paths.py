@@ -32,3 +32,32 @@ def local_path(path: str) -> str:
 def spark_uri(path: str) -> str:
     """A path as Spark should be given it (absolute for local paths, so executors agree)."""
     return os.path.abspath(local_path(path)) if is_local(path) else path
+
+
+_GLOB = re.compile(r"[*?\[{]")
+
+
+def comparable(path: str) -> str:
+    """`path` in a form in which two paths can be compared: a local one absolute with symlinks
+    resolved, another URI as written without a trailing slash; a glob is cut to the directory
+    it searches.
+
+    >>> comparable("s3a://b/data/*.jsonl"), comparable("s3a://b/out/")
+    ('s3a://b/data', 's3a://b/out')
+    """
+    glob = _GLOB.search(path)
+    if glob:
+        head = path[:glob.start()]
+        path = (head.rsplit("/", 1)[0] or "/") if "/" in head else "."
+    if is_local(path):
+        return os.path.realpath(local_path(path))
+    return path.rstrip("/") or path
+
+
+def within(inner: str, outer: str) -> bool:
+    """True when `inner` is `outer` or lies below it (both :func:`comparable`).
+
+    >>> within("/a/b/c", "/a/b"), within("/a/bc", "/a/b"), within("/a", "/a"), within("/x", "/")
+    (True, False, True, True)
+    """
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")

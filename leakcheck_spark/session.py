@@ -76,10 +76,15 @@ def get_session(
     remote = remote or os.environ.get("SPARK_REMOTE")
     if remote:
         return _connect_session(remote, master, conf, app_name)
+    if master is not None:
+        check_master(master)
     active = SparkSession.getActiveSession()
     if active is not None and master is None:
         for key, value in conf:
-            active.conf.set(key, value)
+            try:
+                active.conf.set(key, value)
+            except Exception as exc:  # noqa: BLE001 - a value Spark refuses
+                raise _conf_error(exc, [(key, value)]) or _start_error(None, exc) from None
         return active
     # Executors started by this process must run this interpreter (the one with our packages).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -118,12 +123,34 @@ def get_session(
             builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
+        # The SQL settings are checked when the session state is first built: here, not in the
+        # middle of the run.
+        session.conf.get("spark.sql.session.timeZone")
     except Exception as exc:  # noqa: BLE001 - a master that cannot be reached, a bad setting
-        raise _start_error(chosen, exc) from None
+        raise _conf_error(exc, conf) or _start_error(chosen, exc) from None
     if launched_by_submit and not verbose:
         # spark-submit's JVM logs at INFO (thousands of lines); keep a job's output readable.
         session.sparkContext.setLogLevel("WARN")
     return session
+
+
+# The masters Spark can start from this process (spark-submit refuses any other scheme, with a
+# JVM stack trace on the terminal; SparkContext parses the local forms).
+_MASTER = re.compile(r"local|local\[(?:\*|[1-9]\d*)(?:\s*,\s*\d+)?\]"
+                     r"|local-cluster\[\s*[1-9]\d*\s*,\s*[1-9]\d*\s*,\s*[1-9]\d*\s*\]"
+                     r"|spark://\S+|k8s://\S+|yarn")
+
+
+def check_master(master: str) -> None:
+    """Refuse a ``--master`` Spark could not start (LC_E_USAGE), before Spark is launched.
+
+    >>> check_master("local[*]"), check_master("spark://h1:7077,h2:7077")
+    (None, None)
+    """
+    if not _MASTER.fullmatch(master):
+        raise LeakcheckError(errors.USAGE, f"--master {master!r} is not a Spark master URL",
+                             "write local, local[N], local[*], local[N,F], local-cluster[W,C,MB], "
+                             "spark://HOST:PORT, yarn or k8s://HOST:PORT")
 
 
 def merge_java_options(ours: list[str], theirs: str | None) -> str:
@@ -187,6 +214,27 @@ def _connect_session(remote: str, master: str | None, conf: list[tuple[str, str]
         if not key.startswith("spark.sql."):
             session.conf.set(key, value)
     return session
+
+
+_BAD_CONF = re.compile(r"\[INVALID_CONF_VALUE[.\w]*\] ([^\n]*?)(?: SQLSTATE: \w+)?$", re.M)
+
+
+def _conf_error(exc: BaseException, conf: Iterable[tuple[str, str]]) -> LeakcheckError | None:
+    """LC_E_USAGE naming the ``--conf`` settings a failure names (None if it names none)."""
+    text = str(exc)
+    cause = getattr(exc, "java_exception", None)  # a Py4JJavaError: its Java causes too
+    while cause is not None:
+        try:
+            text, cause = f"{text}\n{cause.getMessage()}", cause.getCause()
+        except Exception:  # noqa: BLE001 - the gateway may be gone already
+            break
+    named = [f"{key}={value}" for key, value in conf if key in text]
+    if not named:
+        return None
+    m = _BAD_CONF.search(text)
+    reason = m.group(1) if m else (text.strip().splitlines() or [""])[0][:300]
+    return LeakcheckError(errors.USAGE, f"Spark refused --conf {', '.join(named)}: {reason}",
+                          "fix or drop that --conf setting")
 
 
 def _start_error(master: str | None, exc: BaseException) -> LeakcheckError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -30,6 +31,14 @@ def error_code(stderr: str) -> str:
     assert m, lines[0]
     assert "Traceback" not in stderr and "\tat org." not in stderr
     return m.group(1)
+
+
+def json_error_code(stderr: str) -> str:
+    """The code of the one error object printed with --json (and nothing like a trace)."""
+    assert "Traceback" not in stderr and "\tat org." not in stderr
+    err = json.loads(stderr.strip().splitlines()[-1])["error"]
+    assert err["message"] and err["hint"] and "bug" not in err["hint"]
+    return err["code"]
 
 
 def test_audit_out_dir_json_and_fail_on_overlap(cli, data):
@@ -123,6 +132,14 @@ def write(name, text):
     (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--num-perm", "100000000"], "LC_E_USAGE",
      "--num-perm"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--shingle", "0"], "LC_E_USAGE", "--shingle"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--shingle", "2147483648"], "LC_E_USAGE",
+     "--shingle 2147483648 is not valid: expected an integer from 1 to 2147483647"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--shingle", "9223372036854775808"],
+     "LC_E_USAGE", "--shingle"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--near", "--max-chars", "9223372036854775808"],
+     "LC_E_USAGE", "--max-chars 9223372036854775808 is not valid"),
+    (lambda d: f"x={d / 'train.jsonl'}", ["--max-chars", "2147483648"], "LC_E_USAGE",
+     "--max-chars"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--threshold", "0"], "LC_E_USAGE", "--threshold"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--threshold", "1.5"], "LC_E_USAGE", "--threshold"),
     (lambda d: f"x={d / 'train.jsonl'}", ["--max-chars", "0"], "LC_E_USAGE", "--max-chars"),
@@ -161,6 +178,26 @@ def test_bom_is_accepted(cli, data):
 def test_check_flags_are_its_own(cli):
     rc, _, stderr = cli("check", "-d", "x=y", "--eval", "e.txt", "--train", "t.txt")
     assert rc == 2 and error_code(stderr) == "LC_E_USAGE" and "check --help" in stderr
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--n", "99999999999999999999"], "--n 99999999999999999999 is not valid"),
+    (["--n", "0"], "--n 0 is not valid"),
+    (["--n", "2147483648"], "expected an integer from 1 to 2147483647"),
+    (["--near", "--near-threshold", "0"], "--near-threshold 0.0 is not valid"),
+    (["--near", "--threshold", "2"], "--threshold 2.0 is not valid"),
+])
+def test_check_values_are_refused_before_spark_starts(cli, data, monkeypatch, extra, needle):
+    import leakcheck_spark.session
+
+    def no_session(*_, **__):
+        raise AssertionError("Spark was started for a bad flag value")
+
+    monkeypatch.setattr(leakcheck_spark.session, "get_session", no_session)
+    rc, _, stderr = cli("check", "--train", data / "train.jsonl", "--eval", data / "test.jsonl",
+                        "--field", "func", *extra)
+    assert rc == 2 and error_code(stderr) == "LC_E_USAGE" and needle in stderr, stderr
+    assert "hint: fix --near-threshold" in stderr if "--near-threshold" in extra else True
 
 
 def test_python_dash_m_entry_point(data):
@@ -264,10 +301,47 @@ def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "leakcheck_spark", "audit", "--master",
                            "nosuch://host", "-d", f"a={tmp_path / 'a.jsonl'}", "--text-field", "t"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    last = proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert last.startswith("leakcheck-spark: error [LC_E_IO]: cannot start a Spark session on "
-                           "nosuch://host: ")
+    # Refused before Spark is launched: no JVM "Exception in thread main" and its stack trace.
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert error_code(proc.stderr) == "LC_E_USAGE"
+    assert "--master 'nosuch://host' is not a Spark master URL" in proc.stderr
+
+
+@pytest.mark.parametrize("master, ok", [
+    ("local", True), ("local[2]", True), ("local[*]", True), ("local[4,3]", True),
+    ("local[*, 2]", True), ("local-cluster[2,1,1024]", True), ("spark://h:7077", True),
+    ("spark://h1:7077,h2:7077", True), ("yarn", True), ("k8s://https://h:443", True),
+    ("bogus://x", False), ("local[0]", False), ("local[abc]", False), ("localhost", False),
+    ("", False), ("mesos://h:5050", False), ("yarn-client", False), ("spark://", False),
+])
+def test_the_master_urls_spark_can_start(master, ok):
+    from leakcheck_spark.errors import LeakcheckError
+    from leakcheck_spark.session import check_master
+
+    if ok:
+        check_master(master)
+    else:
+        with pytest.raises(LeakcheckError) as err:
+            check_master(master)
+        assert err.value.code == "LC_E_USAGE"
+
+
+def test_a_spark_setting_spark_refuses_is_a_usage_error_naming_it(cli, data, tmp_path):
+    import subprocess
+    import sys
+
+    # A session this process builds (the CLI's usual case) and the active one (the fixture's).
+    proc = subprocess.run([sys.executable, "-m", "leakcheck_spark", "audit", "-d",
+                           f"a={data / 'train.jsonl'}", "--text-field", "func", "--master",
+                           "local[1]", "--conf", "spark.sql.shuffle.partitions=abc", "--conf",
+                           "spark.sql.ansi.enabled=true"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    rc, _, stderr = cli("audit", "-d", f"a={data / 'train.jsonl'}", "--text-field", "func",
+                        "--conf", "spark.sql.shuffle.partitions=abc")
+    for code, err in ((proc.returncode, proc.stderr), (rc, stderr)):
+        assert code == 2 and error_code(err) == "LC_E_USAGE", err
+        assert "Spark refused --conf spark.sql.shuffle.partitions=abc: The value 'abc'" in err
+        assert "ansi" not in err and "bug" not in err
 
 
 def test_file_uris_and_paths_with_spaces_give_the_same_outputs(spark, cli, tmp_path):
@@ -316,3 +390,144 @@ def test_a_connect_client_without_a_filesystem_for_the_scheme_gets_a_usage_error
     assert err.value.message.startswith("cannot write nosuchscheme://bucket/out/report.json from "
                                         "this Spark Connect client: ")
     assert "fsspec" in err.value.hint and "\n" not in err.value.line()
+
+
+# --- outputs: where a run may write, and all or nothing -------------------------------------
+
+
+@pytest.mark.parametrize("out, what", [
+    ("in", "is"), (".", "holds"), ("in/report", "lies inside"), ("in/sub/../report", "lies inside"),
+])
+def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused(cli, tmp_path, monkeypatch,
+                                                                     out, what):
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"t": "int a;"}])
+    before = (tmp_path / "in" / "a.jsonl").read_bytes()
+    for spec in ("x=in", "x=in/*.jsonl", f"x={tmp_path / 'in'}"):
+        rc, _, stderr = cli("audit", "-d", spec, "--text-field", "t", "--out-dir", out)
+        assert rc == 2 and error_code(stderr) == "LC_E_USAGE", stderr
+        assert f"--out-dir {out} {what} the input {spec[2:]}" in stderr
+        assert sorted(p.name for p in (tmp_path / "in").iterdir()) == ["a.jsonl"]
+        assert (tmp_path / "in" / "a.jsonl").read_bytes() == before
+
+
+def test_clean_may_replace_its_own_test_file_but_no_other_input(cli, tmp_path):
+    write_jsonl(tmp_path / "test.jsonl", [{"t": "int a;"}, {"t": "int z;"}])
+    write_jsonl(tmp_path / "train.jsonl", [{"t": "int a;"}])
+    test, train = tmp_path / "test.jsonl", tmp_path / "train.jsonl"
+    for flags in (["--out", train], ["--out", tmp_path / "c.jsonl", "--report", test],
+                  ["--out", tmp_path / "c.jsonl", "--json", train]):
+        rc, _, stderr = cli("clean", "--test", f"b={test}", "--against", f"a={train}",
+                            "--text-field", "t", *flags)
+        code = (json_error_code if "--json" in flags else error_code)(stderr)
+        assert rc == 2 and code == "LC_E_USAGE" and "is the input" in stderr
+    assert train.read_text() == '{"t": "int a;"}\n' and not (tmp_path / "c.jsonl").exists()
+    rc, _, _ = cli("clean", "--test", f"b={test}", "--against", f"a={train}", "--text-field", "t",
+                   "--out", test, "--report", tmp_path / "r.json")
+    assert rc == 0 and test.read_text() == '{"t": "int z;"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "test.jsonl", "train.jsonl"]
+
+
+@pytest.mark.parametrize("command, flag", [
+    ("audit", "--out-dir"), ("audit", "--json"), ("clean", "--out"), ("clean", "--report"),
+    ("clean", "--json"),
+])
+def test_an_empty_output_path_is_a_usage_error(cli, data, monkeypatch, command, flag):
+    monkeypatch.chdir(data)
+    sources = (["-d", "p=train.jsonl"] if command == "audit" else
+               ["--test", "p=test.jsonl", "--against", "q=train.jsonl"]
+               + ([] if flag == "--out" else ["--out", "c.jsonl"]))
+    rc, stdout, stderr = cli(command, *sources, "--text-field", "func", flag, "")
+    assert rc == 2 and f"{flag} is empty" in stderr and not stdout
+    assert sorted(p.name for p in data.iterdir()) == ["test.jsonl", "train.jsonl"]
+
+
+def test_outputs_that_overlap_or_sit_under_a_file_are_refused_before_any_work(cli, data):
+    (data / "afile").write_text("x")
+    base = ["--test", f"p={data / 'test.jsonl'}", "--against", f"q={data / 'train.jsonl'}",
+            "--text-field", "func"]
+    rc, _, stderr = cli("clean", *base, "--out", data / "c1.jsonl", "--report",
+                        data / "afile" / "r.json")
+    assert rc == 2 and error_code(stderr) == "LC_E_IO" and "afile is not a directory" in stderr
+    rc, _, stderr = cli("audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func",
+                        "--out-dir", data / "rep", "--json", data / "rep" / "j.json")
+    assert rc == 2 and json_error_code(stderr) == "LC_E_USAGE" and "overlap" in stderr
+    (data / "adir").mkdir()
+    rc, _, stderr = cli("clean", *base, "--out", data / "c1.jsonl", "--report", data / "adir")
+    assert rc == 2 and error_code(stderr) == "LC_E_USAGE" and "adir is a directory" in stderr
+    assert sorted(p.name for p in data.iterdir()) == ["adir", "afile", "test.jsonl",
+                                                      "train.jsonl"]
+
+
+def test_a_failure_after_the_first_output_puts_back_what_was_there(cli, data, monkeypatch):
+    from leakcheck_spark import outputs
+
+    real_open = outputs._LocalFiles._open_write
+
+    def refuse_json(self, path):
+        if "j.json" in path:
+            raise PermissionError(13, "Permission denied")
+        return real_open(self, path)
+
+    monkeypatch.setattr(outputs._LocalFiles, "_open_write", refuse_json)
+    (data / "rep").mkdir()
+    (data / "rep" / "old.txt").write_text("old")
+    (data / "c1.jsonl").write_text("old")
+    for command in (["audit", "-d", f"p={data / 'train.jsonl'}", "--out-dir", data / "rep"],
+                    ["clean", "--test", f"p={data / 'test.jsonl'}", "--against",
+                     f"q={data / 'train.jsonl'}", "--out", data / "c1.jsonl", "--report",
+                     data / "new" / "r.json"]):
+        rc, _, stderr = cli(*command, "--text-field", "func", "--json", data / "sub" / "j.json")
+        assert rc == 2 and json_error_code(stderr) == "LC_E_IO", stderr
+        assert "cannot write" in stderr and "Permission denied" in stderr
+        assert sorted(p.name for p in data.iterdir()) == ["c1.jsonl", "rep", "test.jsonl",
+                                                          "train.jsonl"]
+        assert [p.name for p in (data / "rep").iterdir()] == ["old.txt"]
+        assert (data / "c1.jsonl").read_text() == "old"
+
+
+def test_json_file_gets_its_parent_directories(cli, data):
+    rc, _, _ = cli("audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func", "--json",
+                   data / "a" / "b" / "j.json")
+    assert rc == 0 and json.loads((data / "a" / "b" / "j.json").read_text())["groups"]
+
+
+def test_a_move_into_place_that_fails_keeps_the_old_output_and_removes_the_staging(tmp_path,
+                                                                                    monkeypatch):
+    from leakcheck_spark import outputs
+    from leakcheck_spark.errors import LeakcheckError
+
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    real = outputs._LocalFiles._rename
+
+    def fail_into_place(self, src, dst):
+        if ".lc-tmp-" in src:
+            raise OSError(28, "No space left on device")
+        return real(self, src, dst)
+
+    monkeypatch.setattr(outputs._LocalFiles, "_rename", fail_into_place)
+    with pytest.raises(LeakcheckError) as err, outputs.staged(None, str(final)) as tmp:
+        Path(tmp).mkdir()
+        (Path(tmp) / "new.txt").write_text("new")
+    assert err.value.code == "LC_E_IO" and "No space left" in err.value.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert [p.name for p in final.iterdir()] == ["old.txt"]
+
+
+def test_all_or_nothing_restores_every_output_of_a_failed_block(tmp_path):
+    from leakcheck_spark import outputs
+
+    (tmp_path / "a.json").write_text("old a")
+    with pytest.raises(RuntimeError), outputs.all_or_nothing():
+        outputs.write_text_file(None, str(tmp_path / "a.json"), "new a")
+        outputs.write_text_file(None, str(tmp_path / "new" / "dir" / "b.json"), "new b")
+        assert (tmp_path / "a.json").read_text() == "new a"
+        raise RuntimeError("a later failure")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+    assert (tmp_path / "a.json").read_text() == "old a"
+    with outputs.all_or_nothing():
+        outputs.write_text_file(None, str(tmp_path / "a.json"), "new a")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+    assert (tmp_path / "a.json").read_text() == "new a"

@@ -40,6 +40,31 @@ def test_batch_hashes_are_the_reference_shingle_sets(min_tokens):
         assert batch.get(i).tolist() == expected
 
 
+def test_a_shingle_longer_than_every_text_costs_what_the_longest_text_costs():
+    import signal
+
+    lists = corpus()
+    longest = max(len(toks) for toks in lists)
+
+    def too_slow(*_):
+        raise TimeoutError("hashing looped K times, not the longest text's token count")
+
+    old = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(30)
+    try:
+        huge = mh.shingle_batch(texts_of(lists), 2**31 - 1)
+        grams = mh.word_grams(texts_of(lists), 2**31 - 1)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    # Every text is shorter than K: one shingle of all its tokens, as with any K >= its length.
+    for i, toks in enumerate(lists):
+        assert huge.get(i).tolist() == ([mh.shingle_hash(toks)] if toks else [])
+    same = mh.shingle_batch(texts_of(lists), longest)
+    assert np.array_equal(huge.hashes, same.hashes) and np.array_equal(huge.offsets, same.offsets)
+    assert np.array_equal(grams.offsets, mh.word_grams(texts_of(lists), longest).offsets)
+
+
 # Texts that exercise the byte tokenizer: word runs at text edges, ASCII punctuation and control
 # characters, whitespace the regex knows (\x1c-\x1f, NBSP), non-ASCII words and symbols.
 TRICKY = [
