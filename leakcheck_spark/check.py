@@ -35,7 +35,7 @@ from leakcheck_spark.audit import Timer, keyed, spark_action
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.fingerprint import FP_COLUMN, FP_VERSION, fingerprints
 from leakcheck_spark.minhash import word_grams
-from leakcheck_spark.options import Options, Source
+from leakcheck_spark.options import MAX_LENGTH, Options, Source
 from leakcheck_spark.sources import Derived
 
 if TYPE_CHECKING:
@@ -178,6 +178,18 @@ def _derived(options: Options) -> Derived:
     return keyed(options) if options.near else Derived((FP_COLUMN,))
 
 
+def check_n(n: object) -> None:
+    """Refuse an n-gram size that is not an integer from 1 to MAX_LENGTH (before Spark starts:
+    the CLI calls this first).
+
+    Raises:
+        LeakcheckError: LC_E_USAGE.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= MAX_LENGTH:
+        raise LeakcheckError(errors.USAGE, f"--n {n!r} is not valid: expected an integer from 1 "
+                             f"to {MAX_LENGTH}", "fix --n (noleak's default is 13)")
+
+
 @spark_action
 def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEFAULT_N,
           options: Options | None = None, spark: SparkSession | None = None) -> CheckResult:
@@ -201,9 +213,7 @@ def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEF
     from leakcheck_spark.session import get_session
     from leakcheck_spark.sources import read_records
 
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise LeakcheckError(errors.USAGE, f"--n {n!r} is not valid: expected a positive integer",
-                             "fix --n (noleak's default is 13)")
+    check_n(n)
     if isinstance(train, (str, Source)):
         train = [train]
     train = [as_source(TRAIN, s) for s in train]

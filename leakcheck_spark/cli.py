@@ -439,16 +439,14 @@ def run_fingerprint(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     """The check command (SPEC section 8): exit 1 if the eval set is contaminated."""
-    from leakcheck_spark.check import EVAL, TRAIN, check
+    from leakcheck_spark.check import EVAL, TRAIN, check, check_n
     from leakcheck_spark.session import get_session
 
     # --id-field names the eval records in the per-record list; train ids are not used.
     train = [Source(TRAIN, path, text_field=args.text_field, noleak=True) for path in args.train]
     eval_source = Source(EVAL, args.eval, text_field=args.text_field, id_field=args.id_field,
                          noleak=True)
-    if not 0 < args.n <= MAX_LENGTH:  # before Spark starts (check() would say so after)
-        raise LeakcheckError(errors.USAGE, f"--n {args.n} is not valid: expected an integer from "
-                             f"1 to {MAX_LENGTH}", "fix --n (noleak's default is 13)")
+    check_n(args.n)  # before Spark starts
     options = build_options(args)
     check_outputs(args, [*args.train, args.eval])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,

@@ -261,3 +261,11 @@ def test_check_bad_inputs(cli, tmp_path):
         assert json.loads(err.strip().splitlines()[-1])["error"]["code"] == code, err
     rc, _, err = cli("check", "--eval", tmp_path / "t.jsonl")
     assert rc == 2 and "--train" in err
+
+
+@pytest.mark.parametrize("n", [0, 2**31, True, 2.0])
+def test_library_check_refuses_an_n_out_of_range(spark, n):
+    import leakcheck_spark as L
+
+    with pytest.raises(L.LeakcheckError, match="--n .* is not valid"):
+        L.check(["unread.jsonl"], "unread.jsonl", n=n, spark=spark)
