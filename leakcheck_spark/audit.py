@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 from leakcheck_spark import match, outputs, report
 from leakcheck_spark.errors import LeakcheckError, from_spark_exception
 from leakcheck_spark.fingerprint import FP_COLUMN, fingerprints
-from leakcheck_spark.near import near_edges, near_progress
+from leakcheck_spark.near import near_progress, unit_match_edges
 from leakcheck_spark.normalize import key_column, unit_column
 from leakcheck_spark.options import Options, Source
 from leakcheck_spark.sources import Derived, read_records
@@ -170,11 +170,9 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         kg = match.key_groups(matched).persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(kg)
         if options.near:
-            edges = match.unit_edges(records)
-            near, near_cached = near_edges(matched, options)
+            edges, near_cached = unit_match_edges(records, options)
             cached += near_cached
             timer.lap("near", near_progress(near_cached[0], options))
-            edges = edges.unionByName(near)
         else:
             edges = match.exact_edges(match.copied_keys(kg))
         reached = match.reach(kg, edges).persist(StorageLevel.MEMORY_AND_DISK)

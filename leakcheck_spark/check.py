@@ -209,7 +209,7 @@ def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEF
     import pyspark.sql.functions as F
     from pyspark import StorageLevel
 
-    from leakcheck_spark.near import near_edges, near_progress
+    from leakcheck_spark.near import near_progress, unit_match_edges
     from leakcheck_spark.session import get_session
     from leakcheck_spark.sources import read_records
 
@@ -266,8 +266,7 @@ def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEF
         near_hits = None
         if options.near:
             sides = F.when(is_train, F.lit(1)).otherwise(F.lit(2))
-            edges, near_cached = near_edges(matched, options, sides=sides)
-            edges = match.unit_edges(records).unionByName(edges)
+            edges, near_cached = unit_match_edges(records, options, sides=sides)
             cached += near_cached
             timer.lap("near", near_progress(near_cached[0], options))
             per_record = per_record.join(_near_by_key(train_rows, eval_rows, edges), "key",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 from leakcheck_spark import errors, match, outputs
 from leakcheck_spark.audit import Timer, key_columns, spark_action
 from leakcheck_spark.errors import LeakcheckError
-from leakcheck_spark.near import near_edges, near_progress
+from leakcheck_spark.near import near_progress, unit_match_edges
 from leakcheck_spark.options import Options, Source
 from leakcheck_spark.report import native_id
 from leakcheck_spark.sources import (
@@ -144,8 +144,7 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
         everything = test_rows.select(*RECORD_COLUMNS, "key", "unit")
         if others is not None:
             everything = everything.unionByName(others.select(*RECORD_COLUMNS, "key", "unit"))
-        near, near_cached = near_edges(match.as_units(everything), options)
-        near = match.unit_edges(everything).unionByName(near)
+        near, near_cached = unit_match_edges(everything, options)
         timer.lap("near", near_progress(near_cached[0], options))
     decided = decide(test_rows, others, dedup, drop_conflicts, near)
     decided = decided.persist(StorageLevel.MEMORY_AND_DISK)

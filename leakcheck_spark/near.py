@@ -559,6 +559,19 @@ def near_edges(records: DataFrame, opts: Options, full_bucket: int = FULL_BUCKET
     return both.select("key", "other", F.lit("near").alias("match"), "similarity"), [found]
 
 
+def unit_match_edges(records: DataFrame, opts: Options, sides: Column | None = None
+                     ) -> tuple[DataFrame, list[DataFrame]]:
+    """Every edge near matching matches records by, between *units*: the exact edges joining
+    the units of a key (:func:`leakcheck_spark.match.unit_edges`) and the verified near edges
+    (:func:`near_edges`, over `records` as :func:`leakcheck_spark.match.as_units` gives them);
+    and the cached frame to unpersist.  `records` carry `key` and `unit`; the caller matches
+    them by unit (``as_units``)."""
+    from leakcheck_spark import match
+
+    near, cached = near_edges(match.as_units(records), opts, sides=sides)
+    return match.unit_edges(records).unionByName(near), cached
+
+
 def near_progress(found: DataFrame, opts: Options) -> str:
     """The progress line of the near stage (`found` is the cached frame of :func:`near_edges`)."""
     return (f"near pairs: {found.count():,} pairs of distinct texts at Jaccard >= "
