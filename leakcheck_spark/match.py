@@ -57,8 +57,9 @@ def unit_edges(records: DataFrame) -> DataFrame:
     key may hold several units (``"ab c"`` and ``"a bc"``).  Records of one key still match
     exactly: every two units of a key with at least two records are joined by an exact edge,
     each unit to itself too (a unit's lone record never reaches its own group: :func:`reach`).
-    One aggregation by key, no join: a key has one unit unless its texts differ in where
-    whitespace splits them, so this is one row per copied key in practice (m units give m^2).
+    One aggregation by key, no join: a key has one unit unless its texts differ in their tokens
+    (whitespace splitting a word), so this is one row per copied key in practice (m units give
+    m^2).
     """
     import pyspark.sql.functions as F
 

@@ -423,18 +423,21 @@ def unit_series(texts: pd.Series, normalizer: str, lang: str, max_chars: int | N
 
     Near matching collapses records into units and signs one text per unit (SPEC 5).  The unit
     must fix the tokens, and the key does not: under ``whitespace`` and ``code`` the texts
-    ``"ab c"`` and ``"a bc"`` share a key but not a token.  A unit is the BLAKE2b of the
-    tokenised text's whitespace-separated runs joined by single spaces: equal runs give equal
-    tokens (a token never spans whitespace), and the runs fix the normalised text, so a unit
-    lies within one key.  Under ``exact`` the key already fixes the text, and is the unit.  None
-    exactly where the key is None.
+    ``"ab c"`` and ``"a bc"`` share a key but not a token.  A unit is the BLAKE2b of the tokens
+    joined by single spaces (tokens hold no whitespace).  Tokens cover every non-whitespace
+    character, so they fix the normalised text and a unit lies within one key; and copies of a
+    text that differ only in spacing (``"f(a, b)"``, ``"f( a,b )"``) are one unit, so a large
+    duplicate group stays one unit (the units of a key are joined pairwise: m units cost m^2
+    edges).  Under ``exact`` the key already fixes the text, and is the unit.  None exactly
+    where the key is None.
     """
     max_chars = _check(normalizer, lang, max_chars)
     if normalizer == "exact":
         return key_series(texts, normalizer, lang, max_chars)
     source = _token_source(normalizer, lang, max_chars)
     join = " ".join
-    return _digests(texts, lambda t: join(source(t).split()))
+    findall = _TOKEN_RE.findall
+    return _digests(texts, lambda t: join(findall(source(t))))
 
 
 def _digests(texts: pd.Series, derive: Callable[[str], str]) -> pd.Series:

@@ -195,6 +195,33 @@ def test_each_record_is_near_matched_by_its_own_tokens(spark, cli, tmp_path):
     moved.unpersist()
 
 
+def test_reformatted_copies_are_signed_once(spark):
+    # 60 copies of one function in 60 spacings (one normalised text): one unit, so no pair is
+    # verified and the key's exact edges are one self-edge, not 60 x 60 (SPEC 5: a large
+    # duplicate group stays cheap).
+    import pandas as pd
+
+    from leakcheck_spark.near import unit_match_edges
+    from leakcheck_spark.normalize import key_series, unit_series
+
+    rnd = random.Random(3)
+    toks = "int f ( int a , int b ) { return a + b * 2 ; }".split()
+    texts = ["".join(t + rnd.choice(["", " "] if t in "(){},;+*" or toks[i + 1] in "(){},;+*"
+                                    else [" "]) for i, t in enumerate(toks[:-1])) + toks[-1]
+             for _ in range(60)]
+    assert len(set(texts)) > 30
+    pdf = pd.DataFrame({"text": texts, "dataset": "d", "row": range(60)})
+    pdf["key"] = key_series(pdf["text"], "whitespace", "c", None)
+    pdf["unit"] = unit_series(pdf["text"], "whitespace", "c", None)
+    records = spark.createDataFrame(
+        pdf, "text string, dataset string, row long, key binary, unit binary")
+    edges, cached = unit_match_edges(records, Options(near=True))
+    assert edges.count() == 1
+    assert cached[0].count() == 0
+    for df in cached:
+        df.unpersist()
+
+
 def test_buckets_are_never_split_across_batches():
     rnd = np.random.default_rng(0)
     sizes = rnd.integers(1, 40, size=60)

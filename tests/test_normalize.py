@@ -468,12 +468,26 @@ def test_a_unit_fixes_the_tokens_and_lies_within_a_key(normalizer, lang, max_cha
             assert (tokens(UNIT_TEXTS[i], normalizer, lang, max_chars)
                     == tokens(UNIT_TEXTS[j], normalizer, lang, max_chars))
         elif keys[i] is not None and keys[i] == keys[j] and normalizer != "exact":
-            # Same key, different units: only where whitespace splits the texts differently.
-            runs = [nz._token_source(normalizer, lang, max_chars)(UNIT_TEXTS[x]).split()
-                    for x in (i, j)]
-            assert runs[0] != runs[1]
+            # Same key, different units: only where the tokens differ ("ab c", "a bc").
+            assert (tokens(UNIT_TEXTS[i], normalizer, lang, max_chars)
+                    != tokens(UNIT_TEXTS[j], normalizer, lang, max_chars))
     if normalizer == "exact":
         assert units == keys
     elif max_chars is None:
         # "ab c d" and "a bc d" share a key, not their tokens: two units.
         assert keys[0] == keys[1] and units[0] != units[1] and units[1] == units[2]
+        # "a+b" and "a + b" share their tokens: one unit.
+        assert units[3] == units[4]
+
+
+@pytest.mark.parametrize("normalizer", ["whitespace", "code"])
+def test_copies_differing_only_in_spacing_are_one_unit(normalizer):
+    # A function and its re-formatted copies (spaces around punctuation, not only between
+    # whitespace-separated runs) have the same tokens: one unit, so a large duplicate group is
+    # signed once and its units are not joined pairwise (SPEC 5).
+    texts = pd.Series(["int f(int a, int b) { return a+b; } // x",
+                       "int f( int a,int b ){return a + b ;}",
+                       "int  f(int a , int b)\n{\n  return a+ b;\n}"], dtype=object)
+    units = unit_series(texts, normalizer, "c", None).tolist()
+    assert units[1] == units[2] and units[0] is not None
+    assert (units[0] == units[1]) == (normalizer == "code")
