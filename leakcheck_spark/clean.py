@@ -298,5 +298,9 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: 
     if result.input_format not in ("jsonl", "json"):
         return kept.select(*[F.col(original_column(i)).alias(c)
                              for i, c in enumerate(result.original_columns)])
-    kept.select("raw").write.text(outputs.spark_uri(aside))
-    return spark.read.json(outputs.spark_uri(aside))
+    # With no row kept, the columns come from every test row: an empty read has no columns,
+    # which Spark cannot write as CSV or Parquet.
+    none_kept = result.counts["kept"] == 0
+    (result.rows if none_kept else kept).select("raw").write.text(outputs.spark_uri(aside))
+    table = spark.read.json(outputs.spark_uri(aside))
+    return table.limit(0) if none_kept else table

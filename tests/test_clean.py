@@ -125,3 +125,19 @@ def test_clean_failure_leaves_no_output(cli, tmp_path):
                           "--report", tmp_path / "r.json")
     assert code == 2 and "LC_E_BAD_FORMAT" in stderr and "line 2 of" in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "t.jsonl"]
+
+
+def test_clean_of_a_fully_leaked_jsonl_split_writes_its_columns(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [{"f": "x", "n": 1}, {"f": "y", "n": 2}])
+    write_jsonl(tmp_path / "a.jsonl", [{"f": "x"}, {"f": "y"}])
+    for name in ("o.csv", "o.parquet", "outdir"):
+        out = tmp_path / name
+        code, stdout, stderr = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                                   f"a={tmp_path / 'a.jsonl'}", "--text-field", "f",
+                                   "--out", out)
+        assert (code, stderr.count("error")) == (0, 0)
+        assert "kept 0, dropped 2 (against 2)" in stdout
+    assert (tmp_path / "o.csv").read_text() == "f,n\n"
+    for name in ("o.parquet", "outdir"):
+        got = pq.read_table(tmp_path / name)
+        assert (got.schema.names, got.num_rows) == (["f", "n"], 0)
