@@ -98,15 +98,8 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
 
     CSV has no arrays or structs, so those columns are written as JSON text.
     """
-    import pyspark.sql.functions as F
-    from pyspark.sql import types as T
-
     if fmt == "csv":
-        df = df.select(*[
-            F.to_json(f.name).alias(f.name)
-            if isinstance(f.dataType, (T.ArrayType, T.StructType, T.MapType)) else F.col(f.name)
-            for f in df.schema.fields
-        ])
+        df = csv_columns(df)
     writer = df.write.mode("error")
     if fmt == "csv":
         writer.options(header=True, **CSV_DIALECT).csv(spark_uri(path))
@@ -114,6 +107,18 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
         writer.json(spark_uri(path))
     else:
         writer.parquet(spark_uri(path))
+
+
+def csv_columns(df: DataFrame) -> DataFrame:
+    """`df` with its array, struct and map columns as JSON text, which CSV can hold."""
+    import pyspark.sql.functions as F
+    from pyspark.sql import types as T
+
+    return df.select(*[
+        F.to_json(f.name).alias(f.name)
+        if isinstance(f.dataType, (T.ArrayType, T.StructType, T.MapType)) else F.col(f.name)
+        for f in df.schema.fields
+    ])
 
 
 # An output path with one of these endings is written as one file: (format, compression).
@@ -152,8 +157,11 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
                       compression: str | None, text_column: str | None = None) -> None:
     """Write `df` (already in the wanted row order, one partition) as exactly one file at `path`.
 
-    `text_column` writes that column's values as lines (the raw rows of line formats).
+    CSV has no arrays or structs, so those columns are written as JSON text.  `text_column`
+    writes that column's values as lines (the raw rows of line formats).
     """
+    if fmt == "csv" and text_column is None:
+        df = csv_columns(df)
     with staged(spark, path) as tmp_dir:
         writer = df.write.mode("error")
         if compression:

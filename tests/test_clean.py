@@ -141,3 +141,15 @@ def test_clean_of_a_fully_leaked_jsonl_split_writes_its_columns(cli, tmp_path):
     for name in ("o.parquet", "outdir"):
         got = pq.read_table(tmp_path / name)
         assert (got.schema.names, got.num_rows) == (["f", "n"], 0)
+
+
+def test_clean_jsonl_with_nested_values_to_one_csv_file(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [{"f": "x", "m": {"a": 1}, "l": [1, 2]},
+                                       {"f": "y", "m": {"a": 2}, "l": [3]}])
+    write_jsonl(tmp_path / "a.jsonl", [{"f": "y"}])
+    out = tmp_path / "o.csv"
+    code, _, stderr = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                          f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--out", out)
+    assert (code, stderr.count("error")) == (0, 0)
+    with open(out, newline="", encoding="utf-8") as fh:  # as a directory --format csv has them
+        assert list(csv.reader(fh)) == [["f", "l", "m"], ["x", "[1,2]", '{"a":1}']]
