@@ -352,7 +352,9 @@ def parse_lines(
                 fields = (None, None, False, text, None, None, False, False, None)
             else:
                 try:
-                    obj = loads(line)
+                    # noleak parses the stripped line: str.strip() also removes the Unicode
+                    # whitespace (NBSP, U+3000, ...) that JSON does not allow around a value.
+                    obj = loads(stripped if src.noleak else line)
                 except ValueError as exc:
                     if fmt == "txt":  # noleak reads a line that is not JSON as its text
                         fields = (None, None, False, stripped, None, None, False, False, None)
