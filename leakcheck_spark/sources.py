@@ -489,8 +489,11 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
     if fmt == "csv":
         # multiLine: quoted newlines are part of a value; all values stay strings, as in the file.
+        # Spark takes the column names from the first file's header and applies them to every
+        # file by position: enforceSchema=False checks each file's header against them, so a
+        # file whose columns differ is an error naming it, not values read into wrong columns.
         df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
-                                **CSV_DIALECT).csv(files)
+                                enforceSchema=False, **CSV_DIALECT).csv(files)
         df = df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
     elif fmt == "table":
         df = _catalog_table(spark, files[0], src)

@@ -182,3 +182,16 @@ def test_derived_columns_are_the_same_on_every_read_path(spark, tmp_path):
             df, _, _ = read_records(spark, [src], Options(near=near), derived=keyed(Options(near=near)))
             assert_df_equality(df.select("id", "text", "key", "fp"), expected,
                                ignore_row_order=True, ignore_nullable=True)
+
+
+def test_csv_files_whose_headers_differ_are_an_error_naming_the_file(cli, tmp_path):
+    # Spark applies the first file's column names to every file by position: b.csv's ids would
+    # be read as texts.
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.csv").write_text("id,text\n1,alpha\n", encoding="utf-8")
+    (tmp_path / "d" / "b.csv").write_text("text,id\nalpha,2\n", encoding="utf-8")
+    rc, _, err = cli("audit", "-d", f"a={tmp_path / 'd'}", "--text-field", "text",
+                     "--id-field", "id", "--quiet")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read "
+                                      f"{tmp_path / 'd' / 'b.csv'}"), err
+    assert len(err.strip().splitlines()) == 1
