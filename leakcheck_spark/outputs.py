@@ -26,6 +26,10 @@ from leakcheck_spark.sources import CSV_DIALECT
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+# Spark's CSV writer trims the whitespace around every value unless told not to: values are
+# written as they are.
+CSV_WRITE = {"header": True, **CSV_DIALECT, "ignoreLeadingWhiteSpace": False,
+             "ignoreTrailingWhiteSpace": False}
 
 # The moves into place of the current all_or_nothing block: (files, final, what it replaced, set
 # aside or None); a directory the block created has no aside.
@@ -102,7 +106,7 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
         df = csv_columns(df)
     writer = df.write.mode("error")
     if fmt == "csv":
-        writer.options(header=True, **CSV_DIALECT).csv(spark_uri(path))
+        writer.options(**CSV_WRITE).csv(spark_uri(path))
     elif fmt == "json":
         writer.json(spark_uri(path))
     else:
@@ -169,7 +173,7 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
         if text_column is not None:
             writer.text(spark_uri(tmp_dir))
         elif fmt == "csv":
-            writer.options(header=True, **CSV_DIALECT).csv(spark_uri(tmp_dir))
+            writer.options(**CSV_WRITE).csv(spark_uri(tmp_dir))
         elif fmt == "json":
             writer.json(spark_uri(tmp_dir))
         else:

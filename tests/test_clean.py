@@ -153,3 +153,19 @@ def test_clean_jsonl_with_nested_values_to_one_csv_file(cli, tmp_path):
     assert (code, stderr.count("error")) == (0, 0)
     with open(out, newline="", encoding="utf-8") as fh:  # as a directory --format csv has them
         assert list(csv.reader(fh)) == [["f", "l", "m"], ["x", "[1,2]", '{"a":1}']]
+
+
+def test_clean_to_csv_keeps_whitespace_around_values(cli, tmp_path):
+    rows = [["id", "text"], ["1", "  lead and trail  "], ["2", "\tint f() {}\n"], ["3", "   "],
+            ["4", "leak"]]
+    with open(tmp_path / "t.csv", "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows(rows)
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    for out in (tmp_path / "o.csv", tmp_path / "odir"):
+        code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.csv'}", "--against",
+                         f"a={tmp_path / 'a.txt'}", "--text-field", "text", "--out", out,
+                         "--format", "csv")
+        assert code == 0
+        path = out if out.suffix else next(out.glob("part-*.csv"))
+        with open(path, newline="", encoding="utf-8") as fh:
+            assert list(csv.reader(fh)) == rows[:4]
