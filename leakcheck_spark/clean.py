@@ -293,8 +293,8 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: 
     objects of a line format (written to `aside` and read back by Spark's JSON reader)."""
     import pyspark.sql.functions as F
 
-    if result.input_format == "txt":
-        return kept.select(F.col("raw").alias("text"))
+    if result.input_format == "txt":  # the line's text: without the \r of a CRLF line
+        return kept.select(F.regexp_replace("raw", r"\r\z", "").alias("text"))
     if result.input_format not in ("jsonl", "json"):
         return kept.select(*[F.col(original_column(i)).alias(c)
                              for i, c in enumerate(result.original_columns)])

@@ -169,3 +169,14 @@ def test_clean_to_csv_keeps_whitespace_around_values(cli, tmp_path):
         path = out if out.suffix else next(out.glob("part-*.csv"))
         with open(path, newline="", encoding="utf-8") as fh:
             assert list(csv.reader(fh)) == rows[:4]
+
+
+def test_clean_of_crlf_txt_lines_writes_their_text(cli, tmp_path):
+    (tmp_path / "t.txt").write_bytes(b"keep one\r\nleak\r\nkeep two \r\n")
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    out = tmp_path / "o.jsonl"
+    code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.txt'}", "--against",
+                     f"a={tmp_path / 'a.txt'}", "--out", out)
+    assert code == 0
+    assert [json.loads(x) for x in out.read_text().splitlines()] == [
+        {"text": "keep one"}, {"text": "keep two "}]
