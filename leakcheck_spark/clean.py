@@ -79,7 +79,11 @@ class CleanResult:
     def write(self, out: str) -> None:
         """Write the kept rows to `out`: one file for .jsonl/.csv/.parquet (optionally .gz for
         the text formats), else a directory of part files in ``--format``."""
-        write_rows(self, out)
+        from leakcheck_spark.session import session_conf
+
+        # Column names are case-sensitive, as in JSON: "t" and "T" are two columns of a row.
+        with session_conf(self.rows.sparkSession, {"spark.sql.caseSensitive": "true"}):
+            write_rows(self, out)
 
     @spark_action
     def write_report(self, path: str) -> None:

@@ -180,3 +180,13 @@ def test_clean_of_crlf_txt_lines_writes_their_text(cli, tmp_path):
     assert code == 0
     assert [json.loads(x) for x in out.read_text().splitlines()] == [
         {"text": "keep one"}, {"text": "keep two "}]
+
+
+def test_clean_jsonl_keys_that_differ_in_case_are_two_columns(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [{"t": "x", "T": "upper"}, {"t": "leak", "T": "u"}])
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    out = tmp_path / "o.parquet"
+    code, _, stderr = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                          f"a={tmp_path / 'a.txt'}", "--text-field", "t", "--out", out)
+    assert (code, stderr.count("error")) == (0, 0), stderr
+    assert pq.read_table(out).to_pylist() == [{"T": "upper", "t": "x"}]
