@@ -356,7 +356,11 @@ def parse_lines(
                     # whitespace (NBSP, U+3000, ...) that JSON does not allow around a value.
                     obj = loads(stripped if src.noleak else line)
                 except ValueError as exc:
-                    if fmt == "txt":  # noleak reads a line that is not JSON as its text
+                    if fmt == "txt" and src.id_field:
+                        fields = _row_error(errors.MISSING_FIELD,
+                                            f"id field {src.id_field!r} not in {{where}}, which "
+                                            "is a line of text, not an object")
+                    elif fmt == "txt":  # noleak reads a line that is not JSON as its text
                         fields = (None, None, False, stripped, None, None, False, False, None)
                     else:
                         fields = _row_error(errors.BAD_FORMAT,
@@ -439,6 +443,12 @@ def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = F
         raise LeakcheckError(
             errors.MISSING_FIELD, f"no text field given for {src.label}",
             "pass --text-field NAME (or -o NAME.text=FIELD); only .txt sources need none",
+        )
+    if src.id_field and not src.noleak and any(f == "txt" for _, f in files):
+        raise LeakcheckError(
+            errors.MISSING_FIELD, f"id field {src.id_field!r} given for {src.label}, but a .txt "
+            "line has no fields", f"switch it off for this dataset with -o {src.name}.id= "
+            "(its ids are then the row index)",
         )
     frame = SourceFrame(src, index)
     by_format: dict[str, list[str]] = {}
