@@ -79,7 +79,11 @@ class CleanResult:
     def write(self, out: str) -> None:
         """Write the kept rows to `out`: one file for .jsonl/.csv/.parquet (optionally .gz for
         the text formats), else a directory of part files in ``--format``."""
-        write_rows(self, out)
+        from leakcheck_spark.session import session_conf
+
+        # Column names are case-sensitive, as in JSON: "t" and "T" are two columns of a row.
+        with session_conf(self.rows.sparkSession, {"spark.sql.caseSensitive": "true"}):
+            write_rows(self, out)
 
     @spark_action
     def write_report(self, path: str) -> None:
@@ -293,10 +297,14 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: 
     objects of a line format (written to `aside` and read back by Spark's JSON reader)."""
     import pyspark.sql.functions as F
 
-    if result.input_format == "txt":
-        return kept.select(F.col("raw").alias("text"))
+    if result.input_format == "txt":  # the line's text: without the \r of a CRLF line
+        return kept.select(F.regexp_replace("raw", r"\r\z", "").alias("text"))
     if result.input_format not in ("jsonl", "json"):
         return kept.select(*[F.col(original_column(i)).alias(c)
                              for i, c in enumerate(result.original_columns)])
-    kept.select("raw").write.text(outputs.spark_uri(aside))
-    return spark.read.json(outputs.spark_uri(aside))
+    # With no row kept, the columns come from every test row: an empty read has no columns,
+    # which Spark cannot write as CSV or Parquet.
+    none_kept = result.counts["kept"] == 0
+    (result.rows if none_kept else kept).select("raw").write.text(outputs.spark_uri(aside))
+    table = spark.read.json(outputs.spark_uri(aside))
+    return table.limit(0) if none_kept else table

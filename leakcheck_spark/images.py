@@ -162,7 +162,8 @@ def hash_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             try:
                 if content is None:
                     if path is None:
-                        raise ValueError("no path and no bytes")
+                        raise ValueError("no path and no bytes (the bytes are null, or text "
+                                         "that is not base64)")
                     content = _read_bytes(path)
                 hashes.append(dhash_bytes(content))
                 errs.append(None)
@@ -335,10 +336,15 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
                        ("--split-field", None if src.split else src.split_field)):
         if name is not None and name not in df.columns:
             raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}")
+    if opts.path_field and isinstance(df.schema[opts.path_field].dataType, T.BinaryType):
+        raise LeakcheckError(errors.BAD_VALUE, f"--path-field {opts.path_field!r} of {src.path} "
+                             "is binary, not a path", "image bytes are read with --bytes-field F")
     if opts.bytes_field:
         col = F.col(f"`{opts.bytes_field}`")
         is_bin = isinstance(df.schema[opts.bytes_field].dataType, T.BinaryType)
-        content = col if is_bin else F.unbase64(col.cast("string"))
+        # Text that is not base64 is a null, so that image is unreadable (unbase64 would fail
+        # the whole run on some such values).
+        content = col if is_bin else F.try_to_binary(col.cast("string"), F.lit("base64"))
     else:
         content = F.lit(None).cast("binary")
     path = F.col(f"`{opts.path_field}`").cast("string") if opts.path_field else F.lit(None).cast(

@@ -26,6 +26,10 @@ from leakcheck_spark.sources import CSV_DIALECT
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+# Spark's CSV writer trims the whitespace around every value unless told not to: values are
+# written as they are.
+CSV_WRITE = {"header": True, **CSV_DIALECT, "ignoreLeadingWhiteSpace": False,
+             "ignoreTrailingWhiteSpace": False}
 
 # The moves into place of the current all_or_nothing block: (files, final, what it replaced, set
 # aside or None); a directory the block created has no aside.
@@ -98,22 +102,27 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
 
     CSV has no arrays or structs, so those columns are written as JSON text.
     """
-    import pyspark.sql.functions as F
-    from pyspark.sql import types as T
-
     if fmt == "csv":
-        df = df.select(*[
-            F.to_json(f.name).alias(f.name)
-            if isinstance(f.dataType, (T.ArrayType, T.StructType, T.MapType)) else F.col(f.name)
-            for f in df.schema.fields
-        ])
+        df = csv_columns(df)
     writer = df.write.mode("error")
     if fmt == "csv":
-        writer.options(header=True, **CSV_DIALECT).csv(spark_uri(path))
+        writer.options(**CSV_WRITE).csv(spark_uri(path))
     elif fmt == "json":
         writer.json(spark_uri(path))
     else:
         writer.parquet(spark_uri(path))
+
+
+def csv_columns(df: DataFrame) -> DataFrame:
+    """`df` with its array, struct and map columns as JSON text, which CSV can hold."""
+    import pyspark.sql.functions as F
+    from pyspark.sql import types as T
+
+    return df.select(*[
+        F.to_json(f.name).alias(f.name)
+        if isinstance(f.dataType, (T.ArrayType, T.StructType, T.MapType)) else F.col(f.name)
+        for f in df.schema.fields
+    ])
 
 
 # An output path with one of these endings is written as one file: (format, compression).
@@ -152,8 +161,11 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
                       compression: str | None, text_column: str | None = None) -> None:
     """Write `df` (already in the wanted row order, one partition) as exactly one file at `path`.
 
-    `text_column` writes that column's values as lines (the raw rows of line formats).
+    CSV has no arrays or structs, so those columns are written as JSON text.  `text_column`
+    writes that column's values as lines (the raw rows of line formats).
     """
+    if fmt == "csv" and text_column is None:
+        df = csv_columns(df)
     with staged(spark, path) as tmp_dir:
         writer = df.write.mode("error")
         if compression:
@@ -161,7 +173,7 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
         if text_column is not None:
             writer.text(spark_uri(tmp_dir))
         elif fmt == "csv":
-            writer.options(header=True, **CSV_DIALECT).csv(spark_uri(tmp_dir))
+            writer.options(**CSV_WRITE).csv(spark_uri(tmp_dir))
         elif fmt == "json":
             writer.json(spark_uri(tmp_dir))
         else:

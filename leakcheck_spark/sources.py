@@ -352,9 +352,15 @@ def parse_lines(
                 fields = (None, None, False, text, None, None, False, False, None)
             else:
                 try:
-                    obj = loads(line)
+                    # noleak parses the stripped line: str.strip() also removes the Unicode
+                    # whitespace (NBSP, U+3000, ...) that JSON does not allow around a value.
+                    obj = loads(stripped if src.noleak else line)
                 except ValueError as exc:
-                    if fmt == "txt":  # noleak reads a line that is not JSON as its text
+                    if fmt == "txt" and src.id_field:
+                        fields = _row_error(errors.MISSING_FIELD,
+                                            f"id field {src.id_field!r} not in {{where}}, which "
+                                            "is a line of text, not an object")
+                    elif fmt == "txt":  # noleak reads a line that is not JSON as its text
                         fields = (None, None, False, stripped, None, None, False, False, None)
                     else:
                         fields = _row_error(errors.BAD_FORMAT,
@@ -438,6 +444,12 @@ def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = F
             errors.MISSING_FIELD, f"no text field given for {src.label}",
             "pass --text-field NAME (or -o NAME.text=FIELD); only .txt sources need none",
         )
+    if src.id_field and not src.noleak and any(f == "txt" for _, f in files):
+        raise LeakcheckError(
+            errors.MISSING_FIELD, f"id field {src.id_field!r} given for {src.label}, but a .txt "
+            "line has no fields", f"switch it off for this dataset with -o {src.name}.id= "
+            "(its ids are then the row index)",
+        )
     frame = SourceFrame(src, index)
     by_format: dict[str, list[str]] = {}
     for uri, fmt in files:
@@ -487,8 +499,11 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
     if fmt == "csv":
         # multiLine: quoted newlines are part of a value; all values stay strings, as in the file.
+        # Spark takes the column names from the first file's header and applies them to every
+        # file by position: enforceSchema=False checks each file's header against them, so a
+        # file whose columns differ is an error naming it, not values read into wrong columns.
         df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
-                                **CSV_DIALECT).csv(files)
+                                enforceSchema=False, **CSV_DIALECT).csv(files)
         df = df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
     elif fmt == "table":
         df = _catalog_table(spark, files[0], src)

@@ -204,6 +204,8 @@ def test_fingerprint_reads_files_as_noleak_does(cli, tmp_path):
     rnd = random.Random(5)
     lines = [random_text(rnd, 1, 10).replace("\n", " ") for _ in range(50)]
     lines += ["42", "\"quoted\"", "{\"prompt\": \"From an object\"}", "[1, 2]", "null", "x {"]
+    # JSON padded with whitespace that str.strip() removes but JSON does not allow.
+    lines += ["\u00a0{\"text\": \"padded\"}\u3000", "\u2009\"also padded\""]
     (tmp_path / "a.txt").write_text("\n".join(lines) + "\n\n  \n", encoding="utf-8")
     (tmp_path / "b.json").write_text(json.dumps(lines[:30] + [{"text": "t", "id": 1}]),
                                      encoding="utf-8")

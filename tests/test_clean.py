@@ -125,3 +125,68 @@ def test_clean_failure_leaves_no_output(cli, tmp_path):
                           "--report", tmp_path / "r.json")
     assert code == 2 and "LC_E_BAD_FORMAT" in stderr and "line 2 of" in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "t.jsonl"]
+
+
+def test_clean_of_a_fully_leaked_jsonl_split_writes_its_columns(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [{"f": "x", "n": 1}, {"f": "y", "n": 2}])
+    write_jsonl(tmp_path / "a.jsonl", [{"f": "x"}, {"f": "y"}])
+    for name in ("o.csv", "o.parquet", "outdir"):
+        out = tmp_path / name
+        code, stdout, stderr = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                                   f"a={tmp_path / 'a.jsonl'}", "--text-field", "f",
+                                   "--out", out)
+        assert (code, stderr.count("error")) == (0, 0)
+        assert "kept 0, dropped 2 (against 2)" in stdout
+    assert (tmp_path / "o.csv").read_text() == "f,n\n"
+    for name in ("o.parquet", "outdir"):
+        got = pq.read_table(tmp_path / name)
+        assert (got.schema.names, got.num_rows) == (["f", "n"], 0)
+
+
+def test_clean_jsonl_with_nested_values_to_one_csv_file(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [{"f": "x", "m": {"a": 1}, "l": [1, 2]},
+                                       {"f": "y", "m": {"a": 2}, "l": [3]}])
+    write_jsonl(tmp_path / "a.jsonl", [{"f": "y"}])
+    out = tmp_path / "o.csv"
+    code, _, stderr = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                          f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--out", out)
+    assert (code, stderr.count("error")) == (0, 0)
+    with open(out, newline="", encoding="utf-8") as fh:  # as a directory --format csv has them
+        assert list(csv.reader(fh)) == [["f", "l", "m"], ["x", "[1,2]", '{"a":1}']]
+
+
+def test_clean_to_csv_keeps_whitespace_around_values(cli, tmp_path):
+    rows = [["id", "text"], ["1", "  lead and trail  "], ["2", "\tint f() {}\n"], ["3", "   "],
+            ["4", "leak"]]
+    with open(tmp_path / "t.csv", "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows(rows)
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    for out in (tmp_path / "o.csv", tmp_path / "odir"):
+        code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.csv'}", "--against",
+                         f"a={tmp_path / 'a.txt'}", "--text-field", "text", "--out", out,
+                         "--format", "csv")
+        assert code == 0
+        path = out if out.suffix else next(out.glob("part-*.csv"))
+        with open(path, newline="", encoding="utf-8") as fh:
+            assert list(csv.reader(fh)) == rows[:4]
+
+
+def test_clean_of_crlf_txt_lines_writes_their_text(cli, tmp_path):
+    (tmp_path / "t.txt").write_bytes(b"keep one\r\nleak\r\nkeep two \r\n")
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    out = tmp_path / "o.jsonl"
+    code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.txt'}", "--against",
+                     f"a={tmp_path / 'a.txt'}", "--out", out)
+    assert code == 0
+    assert [json.loads(x) for x in out.read_text().splitlines()] == [
+        {"text": "keep one"}, {"text": "keep two "}]
+
+
+def test_clean_jsonl_keys_that_differ_in_case_are_two_columns(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [{"t": "x", "T": "upper"}, {"t": "leak", "T": "u"}])
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    out = tmp_path / "o.parquet"
+    code, _, stderr = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                          f"a={tmp_path / 'a.txt'}", "--text-field", "t", "--out", out)
+    assert (code, stderr.count("error")) == (0, 0), stderr
+    assert pq.read_table(out).to_pylist() == [{"T": "upper", "t": "x"}]

@@ -275,3 +275,29 @@ def test_relative_sources_give_relative_paths(cli, pictures, tmp_path, monkeypat
     rows = (tmp_path / "r.csv").read_text().splitlines()
     assert rows[1].startswith("train/orig0.png,train,train,0,")
     assert rows[-1] == "val/half5.png,train,val,5,true"
+
+
+def test_base64_text_that_is_not_base64_is_one_unreadable_image(spark, pictures, tmp_path):
+    import base64
+
+    png = (pictures / "train" / "orig0.png").read_bytes()
+    good = base64.b64encode(png).decode()
+    (tmp_path / "t.csv").write_text(f"name,img\na,{good}\nb,{good}\nc,test/broken.png\n")
+    res = images([Source("t", str(tmp_path / "t.csv"), split="test", id_field="name")],
+                 ImageOptions(bytes_field="img"), spark=spark)
+    report = res.to_dict()
+    res.unpersist()
+    assert (report["total_images"], report["unreadable"]["count"]) == (3, 1)
+    assert report["unreadable"]["sample"][0]["id"] == "c"
+    assert "not base64" in report["unreadable"]["sample"][0]["reason"]
+
+
+def test_a_binary_path_field_is_a_bad_value(cli, pictures, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    png = (pictures / "train" / "orig0.png").read_bytes()
+    pq.write_table(pa.table({"img": [png]}), tmp_path / "t.parquet")
+    rc, _, err = cli("images", "-d", f"t={tmp_path / 't.parquet'}", "--path-field", "img",
+                     "--quiet")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_VALUE]: --path-field"), err

@@ -182,3 +182,32 @@ def test_derived_columns_are_the_same_on_every_read_path(spark, tmp_path):
             df, _, _ = read_records(spark, [src], Options(near=near), derived=keyed(Options(near=near)))
             assert_df_equality(df.select("id", "text", "key", "fp"), expected,
                                ignore_row_order=True, ignore_nullable=True)
+
+
+def test_csv_files_whose_headers_differ_are_an_error_naming_the_file(cli, tmp_path):
+    # Spark applies the first file's column names to every file by position: b.csv's ids would
+    # be read as texts.
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.csv").write_text("id,text\n1,alpha\n", encoding="utf-8")
+    (tmp_path / "d" / "b.csv").write_text("text,id\nalpha,2\n", encoding="utf-8")
+    rc, _, err = cli("audit", "-d", f"a={tmp_path / 'd'}", "--text-field", "text",
+                     "--id-field", "id", "--quiet")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read "
+                                      f"{tmp_path / 'd' / 'b.csv'}"), err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_id_field_for_txt_lines_is_a_missing_field(cli, tmp_path):
+    # A .txt line has no fields: its id would be null.
+    (tmp_path / "a.txt").write_text("alpha\nbeta\n", encoding="utf-8")
+    write_jsonl(tmp_path / "b.jsonl", [{"t": "alpha", "id": "x"}])
+    rc, _, err = cli("audit", "-d", f"a={tmp_path / 'a.txt'}", "-d", f"b={tmp_path / 'b.jsonl'}",
+                     "--text-field", "t", "--id-field", "id", "--quiet")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_MISSING_FIELD]: id field "
+                                      "'id' given for a="), err
+    assert "-o a.id=" in err
+    # Read as noleak reads them (check), a line that is not JSON has no id either.
+    rc, _, err = cli("check", "--train", tmp_path / "a.txt", "--eval", tmp_path / "a.txt",
+                     "--id-field", "id", "--quiet")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_MISSING_FIELD]: id field "
+                                      f"'id' not in line 1 of {tmp_path / 'a.txt'}"), err
