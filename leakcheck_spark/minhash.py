@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -302,14 +302,12 @@ def _cumulative_powers(base: int, size: int) -> np.ndarray:
     return np.cumprod(p, dtype=np.uint64)  # wraps mod 2^64
 
 
-def _token_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                  classes: np.ndarray = _CLASS, fold: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(hashes uint64, counts int64): every token's hash in text order, and tokens per text.
-    `classes` gives each byte's class; `fold` (a byte map) is applied before hashing."""
+def _token_bounds(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  classes: np.ndarray = _CLASS
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(byte classes, token starts, token ends, tokens per text) of a non-empty buffer: every
+    token's bytes are ``buf[start:end]``, in text order; bytes outside every span are spaces."""
     n = len(buf)
-    if n == 0:
-        return np.zeros(0, np.uint64), np.zeros(len(starts), np.int64)
     cls = classes[buf]
     if not (starts[0] == 0 and ends[-1] == n and np.array_equal(starts[1:], ends[:-1])):
         edge = np.zeros(n + 1, dtype=np.int64)  # bytes outside every span are not text
@@ -328,6 +326,18 @@ def _token_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     tok_end = tok_start + 1
     tok_end[word[tok_start]] = np.flatnonzero(word_last) + 1
     counts = np.searchsorted(tok_start, ends) - np.searchsorted(tok_start, starts)
+    return cls, tok_start, tok_end, counts
+
+
+def _token_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  classes: np.ndarray = _CLASS, fold: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes uint64, counts int64): every token's hash in text order, and tokens per text.
+    `classes` gives each byte's class; `fold` (a byte map) is applied before hashing."""
+    n = len(buf)
+    if n == 0:
+        return np.zeros(0, np.uint64), np.zeros(len(starts), np.int64)
+    _, tok_start, tok_end, counts = _token_bounds(buf, starts, ends, classes)
     q, qinv = _powers(n)
     prefix = np.zeros(n + 1, dtype=np.uint64)
     values = (buf if fold is None else fold[buf]).astype(np.uint64)
@@ -337,6 +347,42 @@ def _token_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     poly = (prefix[tok_end] - prefix[tok_start]) * q[tok_end - 1]
     length = (tok_end - tok_start).astype(np.uint64)
     return _fmix64(poly ^ (length * _LEN_MIX)), counts
+
+
+def joined_tokens(texts: pa.Array | Sequence[str | None], normalizer: str = "whitespace",
+                  lang: str = "c", max_chars: int | None = None
+                  ) -> Iterator[bytes | memoryview]:
+    """Each text's tokens joined by single spaces, as UTF-8 (:func:`_joined_tokens` of every
+    text; empty for a null text), in order.
+
+    The same byte buffer and classes as the shingles (:func:`text_spans`), so the regular
+    expression runs only on the texts that path sends it: per text, a copy of its non-space bytes
+    with a space after each token but the last (~8x cheaper than the expression on ASCII code).
+    A text longer than a chunk is joined by the expression (its bytes decoded), as one piece.
+    """
+    buf, starts, ends = text_spans(texts, normalizer, lang, max_chars)
+    for lo, hi in _chunks(starts, ends):
+        base = starts[lo]
+        if hi - lo == 1 and ends[lo] - base > _CHUNK_BYTES:
+            text = buf[base:ends[lo]].tobytes().decode("utf-8", "surrogatepass")
+            yield " ".join(TOKEN_RE.findall(text)).encode("utf-8", "surrogatepass")
+            continue
+        part, s, e = buf[base:ends[hi - 1]], starts[lo:hi] - base, ends[lo:hi] - base
+        if not len(part):
+            yield from (b"" for _ in range(hi - lo))
+            continue
+        cls, _, tok_end, counts = _token_bounds(part, s, e)
+        copies = (cls != _SPACE).astype(np.int64)  # each byte once, a token's last twice
+        spaced = np.ones(len(tok_end), dtype=bool)
+        spaced[(np.cumsum(counts) - 1)[counts > 0]] = False  # no space after a text's last
+        copies[tok_end[spaced] - 1] += 1
+        out = np.repeat(part, copies)
+        at = np.zeros(len(part) + 1, dtype=np.int64)
+        np.cumsum(copies, out=at[1:])
+        out[at[tok_end[spaced]] - 1] = ord(" ")
+        view = memoryview(out)
+        for a, b in zip(at[s].tolist(), at[e].tolist()):
+            yield view[a:b]
 
 
 def _window_hashes(tok: np.ndarray, counts: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

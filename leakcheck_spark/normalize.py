@@ -429,15 +429,42 @@ def unit_series(texts: pd.Series, normalizer: str, lang: str, max_chars: int | N
     text that differ only in spacing (``"f(a, b)"``, ``"f( a,b )"``) are one unit, so a large
     duplicate group stays one unit (the units of a key are joined pairwise: m units cost m^2
     edges).  Under ``exact`` the key already fixes the text, and is the unit.  None exactly
-    where the key is None.
+    where the key is None.  Under ``whitespace`` the tokens are joined in numpy over the batch
+    (:func:`leakcheck_spark.minhash.joined_tokens`: ~19 us a real function against ~40 us for
+    the regular expression).
     """
     max_chars = _check(normalizer, lang, max_chars)
     if normalizer == "exact":
         return key_series(texts, normalizer, lang, max_chars)
-    source = _token_source(normalizer, lang, max_chars)
-    join = " ".join
-    findall = _TOKEN_RE.findall
-    return _digests(texts, lambda t: join(findall(source(t))))
+    if normalizer == "code":  # every text is comment-stripped in Python: joined there too
+        source = _token_source(normalizer, lang, max_chars)
+        join = " ".join
+        findall = _TOKEN_RE.findall
+        return _digests(texts, lambda t: join(findall(source(t))))
+    import pandas as pd
+    import pyarrow as pa
+
+    from leakcheck_spark.minhash import joined_tokens
+
+    is_str = isinstance
+    str_ = str
+    null = _null_or_raise
+    values = [t if is_str(t, str_) else null(t) for t in texts.tolist()]
+    try:  # the tokens of a batch are joined in numpy, over Arrow's buffer of the texts
+        batch: pa.Array | list = pa.array(values, type=pa.large_string())
+    except (pa.ArrowException, UnicodeError):  # lone surrogates: one text at a time
+        batch = values
+    new_hasher = _KEY_HASHER.copy
+    out: list[bytes | None] = []
+    append = out.append
+    for joined in joined_tokens(batch, normalizer, lang, max_chars):
+        if len(joined):
+            h = new_hasher()
+            h.update(joined)
+            append(h.digest())
+        else:
+            append(None)
+    return pd.Series(out, index=texts.index, dtype=object, name=texts.name)
 
 
 def _digests(texts: pd.Series, derive: Callable[[str], str]) -> pd.Series:

@@ -127,6 +127,26 @@ def test_texts_longer_than_a_chunk_are_hashed_in_pieces_with_the_same_windows(mo
     assert np.array_equal(grams.hashes, expected_grams.hashes)
 
 
+@pytest.mark.parametrize("normalizer,lang", [("whitespace", "c"), ("exact", "c"), ("code", "c")])
+@pytest.mark.parametrize("max_chars", [None, 1, 7])
+@pytest.mark.parametrize("chunk", [None, 1, 16, 64])
+def test_joined_tokens_are_each_texts_tokens_joined_by_spaces(monkeypatch, normalizer, lang,
+                                                              max_chars, chunk):
+    # The numpy join behind near-matching units (normalize.unit_series) against the regex, on
+    # texts of every kind, sliced arrays, chunked batches and texts longer than a chunk.
+    rnd = random.Random(7)
+    texts = TRICKY + ["".join(rnd.choice(TRICKY[2:]) for _ in range(rnd.randint(1, 5)))
+                      for _ in range(150)] + ["( ) " * 40, " " * 30, "\n" * 9 + "z"]
+    if chunk is not None:
+        monkeypatch.setattr(mh, "_CHUNK_BYTES", chunk)
+    for batch in (pa.array(texts, pa.string()), pa.array(texts, pa.large_string()).slice(3),
+                  texts[:40]):
+        values = batch if isinstance(batch, list) else batch.to_pylist()
+        got = [bytes(j) for j in mh.joined_tokens(batch, normalizer, lang, max_chars)]
+        assert got == [" ".join(tokens(t, normalizer, lang, max_chars)).encode()
+                       for t in values]
+
+
 @pytest.mark.parametrize("text, size, cuts", [
     ("ab cd ef", 3, [0, 3, 6, 8]), ("abcdef gh", 3, [0, 6, 9]), ("a(b)c", 1, [0, 1, 2, 3, 4, 5]),
     ("abc", 1, [0, 3]), ("ab cd", 10, [0, 5]),
