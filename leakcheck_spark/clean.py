@@ -63,7 +63,8 @@ class CleanResult:
     @property
     def dropped(self) -> DataFrame:
         """(row, id, reason, match_ids, similarity) of every dropped record, in input order;
-        `similarity` is the best match's (1.0 exact, else the verified Jaccard) for `against`."""
+        `similarity` is the best match's (1.0 exact, else the verified Jaccard) for `against`,
+        the earliest matching record's for `duplicate`, null for `conflict`."""
         import pyspark.sql.functions as F
 
         return (self.rows.where(F.col("reason").isNotNull())
@@ -88,7 +89,8 @@ class CleanResult:
     @spark_action
     def write_report(self, path: str) -> None:
         """Write the --report JSON: ``counts`` (kept, dropped, and dropped per reason) and
-        ``dropped``, every dropped record in input order as ``{"id", "reason", "match_ids"}``."""
+        ``dropped``, every dropped record in input order as ``{"id", "reason", "match_ids"}`` and,
+        for ``against`` and ``duplicate``, ``"similarity"``."""
         head = {"schema": "leakcheck-spark/clean-report/v1", "test": self.test.label,
                 "options": self.options.to_dict(), "counts": self.counts}
 
@@ -200,26 +202,28 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
         test = match.as_units(test)
         against = None if against is None else match.as_units(against)
     df = test
+    sim = F.when(F.col("match") == "exact", F.lit(1.0)).otherwise(F.col("similarity"))
     # against: the 5 smallest ids of --against records matching the record's key.
     if against is not None:
         ids = match.smallest_ids(against, by=("key",)).withColumnRenamed("key", "other")
         hits = (
             edges.join(ids, "other").groupBy("key")
             .agg(match.first_ids(F.col("ids")).alias("_against"),
-                 F.max(F.when(F.col("match") == "exact", F.lit(1.0))
-                       .otherwise(F.col("similarity"))).alias("_against_sim"))
+                 F.max(sim).alias("_against_sim"))
         )
         df = df.join(hits, "key", "left")
     else:
         df = df.withColumn("_against", null_ids).withColumn("_against_sim", F.lit(None))
-    # duplicate: an earlier test record (input order) whose key matches this record's.
+    # duplicate: an earlier test record (input order) whose key matches this record's, and the
+    # similarity to it (an exact edge beats a near one to the same record).
     first = (test.where(nonempty).groupBy("key")
              .agg(F.min(F.struct("row", "id")).alias("_first")))
     earliest = (edges.join(first.withColumnRenamed("key", "other"), "other")
-                .groupBy("key").agg(F.min("_first").alias("_first")))
+                .groupBy("key").agg(F.min(F.struct("_first", (-sim).alias("_u"))).alias("_e")))
     df = df.join(earliest, "key", "left")
-    df = (df.withColumn("_first_row", F.col("_first.row"))
-          .withColumn("_first_id", F.col("_first.id")))
+    df = (df.withColumn("_first_row", F.col("_e._first.row"))
+          .withColumn("_first_id", F.col("_e._first.id"))
+          .withColumn("_dup_sim", -F.col("_e._u")))
     is_dup = F.lit(dedup) & nonempty & (F.col("row") > F.col("_first_row"))
     # conflict: the key carries a canonical label other than this record's own.
     if drop_conflicts:
@@ -253,10 +257,12 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
         .when(is_dup, F.array(F.col("_first_id")))
         .when(F.col("_conflict").isNotNull(), F.col("_conflict"))
     )
-    similarity = F.when(F.col("_against").isNotNull(), F.col("_against_sim"))
+    similarity = (F.when(F.col("_against").isNotNull(), F.col("_against_sim"))
+                  .when(is_dup, F.col("_dup_sim")))
     return (df.withColumn("reason", reason).withColumn("match_ids", ids)
             .withColumn("similarity", similarity)
-            .drop("_against", "_against_sim", "_first", "_first_row", "_first_id", "_conflict"))
+            .drop("_against", "_against_sim", "_e", "_first_row", "_first_id", "_dup_sim",
+                  "_conflict"))
 
 
 def write_rows(result: CleanResult, out: str) -> None:

@@ -38,9 +38,9 @@ def test_clean_jsonl_byte_identical_with_every_reason(cli, tmp_path):
     assert rep["counts"] == {"kept": 3, "dropped": 4, "against": 1, "duplicate": 2, "conflict": 1}
     assert rep["dropped"] == [
         {"id": 1, "reason": "against", "match_ids": [10], "similarity": 1.0},
-        {"id": 3, "reason": "duplicate", "match_ids": [2]},
+        {"id": 3, "reason": "duplicate", "match_ids": [2], "similarity": 1.0},
         {"id": 4, "reason": "conflict", "match_ids": [7]},
-        {"id": 7, "reason": "duplicate", "match_ids": [4]},
+        {"id": 7, "reason": "duplicate", "match_ids": [4], "similarity": 1.0},
     ]
 
 

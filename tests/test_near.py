@@ -314,5 +314,6 @@ def test_clean_dedup_near_keeps_the_first_of_near_copies(cli, tmp_path):
                           "--near", "--dedup", "--out", out, "--report", report)
     assert code == 0 and "kept 2, dropped 1 (duplicate 1)" in stdout
     assert json.loads(report.read_text())["dropped"] == [
-        {"id": 2, "reason": "duplicate", "match_ids": [0]}]
+        {"id": 2, "reason": "duplicate", "match_ids": [0],
+         "similarity": pytest.approx(jaccard(rows[2], rows[0]))}]
     assert [json.loads(x)["t"] for x in out.read_text().splitlines()] == rows[:2]
