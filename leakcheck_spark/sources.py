@@ -324,7 +324,6 @@ def parse_lines(
     import pandas as pd
 
     counters: dict[tuple[str, int], list[int]] = {}  # (file, block) -> [line, seq]
-    loads = json.loads
     for pdf in batches:
         out = _columns()
         for value, file, block in zip(pdf["value"], pdf["_lc_file"], pdf["_lc_block"]):
@@ -341,34 +340,39 @@ def parse_lines(
                 continue
             if line_no == 0 and block == 0 and line.startswith("\ufeff"):
                 line = line[1:]
-            stripped = line.strip()
-            if not stripped or (fmt == "jsonl" and stripped.startswith(JSONL_COMMENTS)):
+            # noleak splits lines at a lone "\r" too (str.splitlines): a record per piece.
+            pieces = line.split("\r") if src.noleak and "\r" in line else (line,)
+            blank = True
+            for piece in pieces:
+                stripped = piece.strip()
+                if not stripped or (fmt == "jsonl" and stripped.startswith(JSONL_COMMENTS)):
+                    continue
+                blank = False
+                _append(out, file, block, line_no, pos[1], _line_fields(piece, stripped, src, fmt),
+                        line if keep_raw else None)
+                pos[1] += 1
+            if blank:
                 _append(out, file, block, line_no, None, (None,) * 9, None)
-                continue
-            seq = pos[1]
-            pos[1] += 1
-            if fmt == "txt" and not src.noleak:
-                text = line[:-1] if line.endswith("\r") else line
-                fields = (None, None, False, text, None, None, False, False, None)
-            else:
-                try:
-                    # noleak parses the stripped line: str.strip() also removes the Unicode
-                    # whitespace (NBSP, U+3000, ...) that JSON does not allow around a value.
-                    obj = loads(stripped if src.noleak else line)
-                except ValueError as exc:
-                    if fmt == "txt" and src.id_field:
-                        fields = _row_error(errors.MISSING_FIELD,
-                                            f"id field {src.id_field!r} not in {{where}}, which "
-                                            "is a line of text, not an object")
-                    elif fmt == "txt":  # noleak reads a line that is not JSON as its text
-                        fields = (None, None, False, stripped, None, None, False, False, None)
-                    else:
-                        fields = _row_error(errors.BAD_FORMAT,
-                                            f"invalid JSON in {{where}}: {exc}")
-                else:
-                    fields = parse_object(obj, src)
-            _append(out, file, block, line_no, seq, fields, line if keep_raw else None)
         yield derived.add(pd.DataFrame(out))
+
+
+def _line_fields(line: str, stripped: str, src: Source, fmt: str) -> tuple:
+    """The parsed fields of one non-blank line (in noleak mode, of a piece of one)."""
+    if fmt == "txt" and not src.noleak:
+        text = line[:-1] if line.endswith("\r") else line
+        return (None, None, False, text, None, None, False, False, None)
+    try:
+        # noleak parses the stripped line: str.strip() also removes the Unicode whitespace
+        # (NBSP, U+3000, ...) that JSON does not allow around a value.
+        obj = json.loads(stripped if src.noleak else line)
+    except ValueError as exc:
+        if fmt == "txt" and src.id_field:
+            return _row_error(errors.MISSING_FIELD, f"id field {src.id_field!r} not in {{where}}, "
+                              "which is a line of text, not an object")
+        if fmt == "txt":  # noleak reads a line that is not JSON as its text
+            return (None, None, False, stripped, None, None, False, False, None)
+        return _row_error(errors.BAD_FORMAT, f"invalid JSON in {{where}}: {exc}")
+    return parse_object(obj, src)
 
 
 def parse_json_lists(

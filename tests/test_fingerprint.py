@@ -68,6 +68,21 @@ def test_fingerprints_equal_noleaks_per_group_and_dataset(cli, tmp_path):
     assert by_dataset == {"x": _expected(a + b), "y": _expected(shuffled + a[:50])}
 
 
+def test_lines_end_at_a_lone_carriage_return_as_in_noleak(cli, tmp_path):
+    # noleak reads files with universal newlines: "\r", "\r\n" and "\n" all end a line.
+    from noleak.io import load_texts
+
+    (tmp_path / "a.txt").write_bytes(b"alpha one\rbeta two\r\ngamma\r\r  \rdelta\n\repsilon")
+    (tmp_path / "b.jsonl").write_bytes(b'{"text": "x y"}\r{"text": "z"}\r\n"w"\r\r"v"\n')
+    for name in ("a.txt", "b.jsonl"):
+        rc, _, err = cli("fingerprint", "-d", f"d={tmp_path / name}", "--quiet",
+                         "--json", tmp_path / "fp.json")
+        assert rc == 0, err
+        got = json.loads((tmp_path / "fp.json").read_text())["fingerprints"]["d/all"]
+        texts = load_texts(tmp_path / name)
+        assert got == _expected(texts) and got["n_examples"] == len(texts) >= 4
+
+
 def test_an_audit_report_holds_the_fingerprints(cli, tmp_path):
     texts = TRICKY + random_texts(5, 100)
     write_jsonl(tmp_path / "a.jsonl", [{"t": t} for t in texts])
