@@ -128,6 +128,10 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
     from leakcheck_spark.session import get_session
 
     options = options or Options()
+    if drop_conflicts and not any(s.label_field for s in (test, *against)):
+        raise LeakcheckError(
+            errors.USAGE, "--drop-conflicts compares labels, but no source has a label field",
+            "name it with --label-field NAME (or -o NAME.label=FIELD)")
     spark = spark or get_session()
     timer = Timer()
     keyed = Derived(key_columns(options))

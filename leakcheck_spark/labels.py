@@ -44,13 +44,15 @@ def canonical_label(value: object) -> str | None:
 def display_label(value: object) -> str | None:
     """How a label is shown in outputs: strings as they are, other values as JSON.
 
-    >>> [display_label(v) for v in ("bad", 1, True, None)]
-    ['bad', '1', 'true', None]
+    >>> [display_label(v) for v in ("bad", 1, -7, 10**20, True, 2.0, [1], None)]
+    ['bad', '1', '-7', '100000000000000000000', 'true', '2.0', '[1]', None]
     """
     if value is None:
         return None
     if isinstance(value, str):
         return value
+    if type(value) is int:  # the common case; what json.dumps gives, ~20x faster
+        return str(value)
     return json.dumps(value, ensure_ascii=False)
 
 

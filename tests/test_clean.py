@@ -190,3 +190,17 @@ def test_clean_jsonl_keys_that_differ_in_case_are_two_columns(cli, tmp_path):
                           f"a={tmp_path / 'a.txt'}", "--text-field", "t", "--out", out)
     assert (code, stderr.count("error")) == (0, 0), stderr
     assert pq.read_table(out).to_pylist() == [{"T": "upper", "t": "x"}]
+
+
+def test_drop_conflicts_without_any_label_field_is_a_usage_error(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [{"f": "x", "label": 1}])
+    write_jsonl(tmp_path / "a.jsonl", [{"f": "x", "label": 0}])
+    out = tmp_path / "o.jsonl"
+    argv = ("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+            f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--drop-conflicts", "--out", out)
+    code, _, stderr = cli(*argv)
+    assert code == 2 and "error [LC_E_USAGE]: --drop-conflicts compares labels" in stderr
+    assert not out.exists()
+    # A label on either side is enough: the test record's text carries another label.
+    code, stdout, _ = cli(*argv, "-o", "a.label=label")
+    assert code == 0 and "kept 0, dropped 1 (against 1)" in stdout
