@@ -40,7 +40,7 @@ from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source
 from leakcheck_spark.paths import is_local, local_path, spark_uri
 from leakcheck_spark.resplit import DEFAULT_PRIORITY, reassign
 from leakcheck_spark.session import session_conf
-from leakcheck_spark.sources import TABLE_PREFIX
+from leakcheck_spark.sources import TABLE_PREFIX, read_csv
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -322,7 +322,7 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
         fmt = next(v for ext, v in TABLE_EXTENSIONS.items() if low.endswith(ext))
         reader = spark.read
         if fmt == "csv":
-            df = reader.options(header=True, multiLine=True).csv(spark_uri(src.path))
+            df = read_csv(spark, spark_uri(src.path))
         elif fmt == "json":
             df = reader.option("multiLine", low.endswith(".json")).json(spark_uri(src.path))
         else:

@@ -502,13 +502,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
     from pyspark.sql import types as T
 
     if fmt == "csv":
-        # multiLine: quoted newlines are part of a value; all values stay strings, as in the file.
-        # Spark takes the column names from the first file's header and applies them to every
-        # file by position: enforceSchema=False checks each file's header against them, so a
-        # file whose columns differ is an error naming it, not values read into wrong columns.
-        df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
-                                enforceSchema=False, **CSV_DIALECT).csv(files)
-        df = df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
+        df = read_csv(spark, files)
     elif fmt == "table":
         df = _catalog_table(spark, files[0], src)
     elif fmt == "hf":
@@ -607,6 +601,19 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         label.alias("label"), canon.alias("label_canon"), has_label.alias("has_label"),
         has_split.alias("has_split"), err.alias("_lc_err"), null_str.alias("raw"),
     )
+
+
+def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
+    """CSV files with a header, as the sources read them: every value a string, as in the file.
+
+    multiLine: quoted newlines are part of a value.  Spark takes the column names from the first
+    file's header and applies them to every file by position: enforceSchema=False checks each
+    file's header against them, so a file whose columns differ is an error naming it, not values
+    read into wrong columns.  A UTF-8 BOM before the header is not part of the first name.
+    """
+    df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
+                            enforceSchema=False, **CSV_DIALECT).csv(files)
+    return df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
 
 
 def _catalog_table(spark: SparkSession, name: str, src: Source) -> DataFrame:

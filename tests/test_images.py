@@ -301,3 +301,21 @@ def test_a_binary_path_field_is_a_bad_value(cli, pictures, tmp_path):
     rc, _, err = cli("images", "-d", f"t={tmp_path / 't.parquet'}", "--path-field", "img",
                      "--quiet")
     assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_VALUE]: --path-field"), err
+
+
+def test_a_csv_table_is_read_as_text_sources_are(cli, pictures, tmp_path):
+    # A BOM before the header, a quoted path with a doubled quote; then a second file of the
+    # glob whose columns come in another order: an error naming it, not names read as paths.
+    odd = tmp_path / 'say "hi".png'
+    odd.write_bytes((pictures / "train" / "orig0.png").read_bytes())
+    (tmp_path / "a.csv").write_text(f'\ufeffname,img\na,"{str(odd).replace(chr(34), 2 * chr(34))}"\n',
+                                    encoding="utf-8")
+    rc, out, err = cli("images", "-d", f"t:test={tmp_path / 'a.csv'}", "--path-field", "img",
+                       "--id-field", "name", "--json", "-", "--quiet")
+    assert rc == 0, err
+    assert (json.loads(out)["total_images"], json.loads(out)["unreadable"]["count"]) == (1, 0)
+    (tmp_path / "b.csv").write_text(f"img,name\n{odd.with_name('x.png')},b\n", encoding="utf-8")
+    rc, _, err = cli("images", "-d", f"t:test={tmp_path / '*.csv'}", "--path-field", "img",
+                     "--id-field", "name", "--quiet")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]"), err
+    assert "b.csv" in err
