@@ -342,6 +342,10 @@ def test_a_spark_setting_spark_refuses_is_a_usage_error_naming_it(cli, data, tmp
         assert code == 2 and error_code(err) == "LC_E_USAGE", err
         assert "Spark refused --conf spark.sql.shuffle.partitions=abc: The value 'abc'" in err
         assert "ansi" not in err and "bug" not in err
+    # The JVM started, and said nothing but its own incubator-module warning (which Java has no
+    # switch for): no "Setting default log level" lines from Spark's shell detection.
+    said = [line for line in proc.stderr.splitlines() if "incubator modules" not in line]
+    assert len(said) == 1 and said[0].startswith("leakcheck-spark: error"), proc.stderr
 
 
 def test_file_uris_and_paths_with_spaces_give_the_same_outputs(spark, cli, tmp_path):
