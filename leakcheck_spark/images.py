@@ -275,6 +275,19 @@ def _as_given(col, source: str):  # noqa: ANN001, ANN202 - a Column
     return F.when(col.startswith(prefix), col.substr(len(prefix) + 1, 1 << 30)).otherwise(col)
 
 
+def _zero_byte_images(spark: SparkSession, listing: DataFrame, read: DataFrame) -> DataFrame:
+    """The image files of a binaryFile `listing` that are missing from its rows `read` (path,
+    content), with empty content: a file scan reads byte ranges and a zero-byte file has none, so
+    it gives no row -- an image that must be counted as unreadable, not left out."""
+    import pyspark.sql.functions as F
+
+    listed = spark.createDataFrame([(p,) for p in listing.inputFiles()], "path string")
+    seen = read.select(_display("path").alias("_seen"))
+    return (listed.where(_is_image(F.col("path")))
+            .join(seen, _display(F.col("path")) == seen["_seen"], "left_anti")
+            .select(_display("path").alias("path"), F.lit("").cast("binary").alias("content")))
+
+
 def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions) -> DataFrame:
     """One source's images: (_src, dataset, split, id, path, content); `content` is null where
     the executors read the bytes from `path` themselves."""
@@ -285,8 +298,10 @@ def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions
     null_bin = F.lit(None).cast("binary")
     try:
         if kind == "files":
-            df = (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
-                  .load(spark_uri(src.path)).where(_is_image(F.col("path"))))
+            listing = (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+                       .load(spark_uri(src.path)))
+            df = listing.where(_is_image(F.col("path"))).select("path", "content")
+            df = df.unionByName(_zero_byte_images(spark, listing, df))
             df = df.select(_as_given(_display("path"), src.path).alias("id"), "path", "content",
                            split.alias("split"))
         elif kind == "list":

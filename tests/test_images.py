@@ -301,3 +301,16 @@ def test_a_binary_path_field_is_a_bad_value(cli, pictures, tmp_path):
     rc, _, err = cli("images", "-d", f"t={tmp_path / 't.parquet'}", "--path-field", "img",
                      "--quiet")
     assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_VALUE]: --path-field"), err
+
+
+def test_a_zero_byte_image_is_counted_and_listed_as_unreadable(spark, pictures, tmp_path):
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.png").write_bytes((pictures / "train" / "orig0.png").read_bytes())
+    (tmp_path / "imgs" / "empty.png").write_bytes(b"")
+    res = images([Source("p", str(tmp_path / "imgs"), split="test")], spark=spark)
+    report = res.to_dict()
+    res.unpersist()
+    assert (report["total_images"], report["unreadable"]["count"]) == (2, 1)
+    [entry] = report["unreadable"]["sample"]
+    assert entry["id"] == str(tmp_path / "imgs" / "empty.png")
+    assert "cannot identify image file" in entry["reason"]
