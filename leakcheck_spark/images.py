@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
-from leakcheck_spark import errors, match, outputs, report
+from leakcheck_spark import errors, hf, match, outputs, report
 from leakcheck_spark.audit import Timer, _sample, group_stats, log, matrices, spark_action
 from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
@@ -480,6 +480,11 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     sources = list(sources)
     if not sources:
         raise LeakcheckError(errors.USAGE, "no datasets given", "add -d NAME[:SPLIT]=SOURCE")
+    for src in sources:
+        if src.path.startswith(hf.PREFIX):
+            raise LeakcheckError(errors.USAGE, f"images does not read Hugging Face datasets "
+                                 f"({src.label})", "give a directory or glob of its image files, "
+                                 "or a parquet snapshot of it with --bytes-field F")
     timer = Timer()
     level = StorageLevel.MEMORY_AND_DISK
     frames = [read_images(spark, s, i, options) for i, s in enumerate(sources)]

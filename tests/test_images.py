@@ -314,3 +314,10 @@ def test_a_zero_byte_image_is_counted_and_listed_as_unreadable(spark, pictures, 
     [entry] = report["unreadable"]["sample"]
     assert entry["id"] == str(tmp_path / "imgs" / "empty.png")
     assert "cannot identify image file" in entry["reason"]
+
+
+def test_an_hf_source_is_a_usage_error_not_a_spark_failure(cli):
+    rc, _, err = cli("images", "-d", "p=hf:org/name", "--quiet")
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("leakcheck-spark: error [LC_E_USAGE]: images does not read Hugging "
+                          "Face datasets (p=hf:org/name)"), err
