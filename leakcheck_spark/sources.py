@@ -681,6 +681,7 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
             s = part.select(
                 F.lit(frame.index).alias("src"), F.lit(fmt).alias("fmt"), "_lc_file", "_lc_block",
                 "_lc_line", "_lc_seq", "_lc_err", "has_label", "has_split", "id_int",
+                F.col("text").isNotNull().alias("has_text"),
             )
             stats = s if stats is None else stats.unionByName(s)
     good = F.col("_lc_seq").isNotNull()
@@ -694,6 +695,7 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         F.max(F.when(good, F.col("has_label"))).alias("has_label"),
         F.max(F.when(good, F.col("has_split"))).alias("has_split"),
         F.min(F.when(good, F.col("id_int"))).alias("id_int"),
+        F.max("has_text").alias("has_text"),
     )
     try:
         rows = agg.collect()
@@ -730,6 +732,7 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
             where = f"{_UNIT[b.fmt]} {number} of {file}"
             raise LeakcheckError(
                 err.code, err.message.replace("{where}", where).replace("{file}", file))
+        _check_parquet_text_column(spark, src, blocks)
         total = min(src_rows, cap) if cap else src_rows
         if total == 0:
             raise LeakcheckError(errors.EMPTY_INPUT, f"no records in {src.label}")
@@ -754,6 +757,26 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         dataset_base[src.name] = base + total
     return Blocks([tuple(t) for t in table], frozenset(int_ids),
                   frozenset(name for name, ok in int_ids.items() if ok))
+
+
+def _check_parquet_text_column(spark: SparkSession, src: Source, blocks: list) -> None:
+    """Raise MISSING_FIELD for a parquet file of `src` that lacks the text column.
+
+    Spark reads several parquet files with the columns of one of them, and a file without the
+    text column reads as null texts (empty records), silently.  Only a file whose texts are all
+    null (rare) can lack it, so only such files' own columns are looked at.
+    """
+    files = {b._lc_file for b in blocks if b.fmt == "parquet"}
+    if not src.text_field or len(files) < 2:  # one file's columns were checked when it was read
+        return
+    with_text = {b._lc_file for b in blocks if b.fmt == "parquet" and b.has_text}
+    for file in sorted(files - with_text):
+        columns = spark.read.parquet(file).columns
+        if src.text_field not in columns:
+            raise LeakcheckError(
+                errors.MISSING_FIELD, f"text field {src.text_field!r} not in "
+                f"{errors.display_path(file)} (columns: {', '.join(columns[:12])}), one of the "
+                f"files of {src.label}", "give every file of a source the same columns")
 
 
 def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,
