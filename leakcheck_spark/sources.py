@@ -506,8 +506,10 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         # Spark takes the column names from the first file's header and applies them to every
         # file by position: enforceSchema=False checks each file's header against them, so a
         # file whose columns differ is an error naming it, not values read into wrong columns.
+        # FAILFAST: a row with more or fewer values than the header is an error naming the file
+        # and the row (the default mode drops the extra values or fills in nulls, silently).
         df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
-                                enforceSchema=False, **CSV_DIALECT).csv(files)
+                                enforceSchema=False, mode="FAILFAST", **CSV_DIALECT).csv(files)
         df = df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
     elif fmt == "table":
         df = _catalog_table(spark, files[0], src)
