@@ -297,6 +297,13 @@ def write_rows(result: CleanResult, out: str) -> None:
                 else:
                     outputs.write_table(_as_table(spark, result, kept, aside), tmp,
                                         result.options.format)
+    except Exception as exc:  # noqa: BLE001 - translated or re-raised
+        # The round trip beside the output fails first when that place cannot be written.
+        err = (None if isinstance(exc, LeakcheckError)
+               else errors.write_failure(out, aside.rsplit("/", 1)[-1], exc))
+        if err is not None:
+            raise err from None
+        raise
     finally:
         outputs.remove(spark, aside)
     log.info("wrote %s (%.1f s)", out, time.monotonic() - t)

@@ -287,6 +287,7 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
         LeakcheckError: LC_E_USAGE, or LC_E_IO for a parent that is a file.
     """
     from leakcheck_spark.hf import PREFIX as HF
+    from leakcheck_spark.outputs import single_file_format
     from leakcheck_spark.paths import comparable, is_local, local_path, within
     from leakcheck_spark.sources import TABLE_PREFIX
 
@@ -319,9 +320,17 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
         if not is_local(path):
             continue
         local = local_path(path)
-        if flag in FILE_OUTPUTS and os.path.isdir(local):
+        # A successful run replaces what is there: only an earlier output of the same kind, not
+        # a directory where a file goes or a file where a directory goes.
+        one_file = flag in FILE_OUTPUTS or (flag != "--out-dir" and single_file_format(path))
+        if one_file and os.path.isdir(local):
             raise LeakcheckError(errors.USAGE, f"{flag} {path} is a directory",
                                  f"give {flag} a file name")
+        if not one_file and os.path.lexists(local) and not os.path.isdir(local):
+            raise LeakcheckError(errors.USAGE, f"{flag} {path} is a file, and this output is a "
+                                 "directory", f"give {flag} the name of a directory (or of a "
+                                 "file ending in .jsonl, .csv or .parquet where one file fits)"
+                                 if flag != "--out-dir" else "give --out-dir a directory name")
         parent = os.path.dirname(os.path.abspath(local))
         while not os.path.exists(parent) and os.path.dirname(parent) != parent:
             parent = os.path.dirname(parent)

@@ -95,6 +95,26 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
     return None
 
 
+def write_failure(final: str, staging_name: str, exc: BaseException) -> LeakcheckError | None:
+    """The LC_E_IO error for a Spark write of output `final` that failed on the filesystem (its
+    staging path, named `staging_name`, could not be created or written), or None when the
+    failure is not about that path (a failure computing the rows: let it be translated as such).
+
+    >>> write_failure("/o", ".o.lc-tmp-1", OSError("SparkException: Lost task: "
+    ...               "java.io.IOException: Mkdirs failed to create file:/.o.lc-tmp-1/x")).message
+    'cannot write /o: IOException: Mkdirs failed to create file:/.o.lc-tmp-1/x'
+    """
+    text = str(exc)
+    if staging_name not in text:
+        return None
+    line = next(ln for ln in text.splitlines() if staging_name in ln)
+    parts = re.split(r"([\w.$]+(?:Exception|Error)): ", line)  # [.., name, message] per cause
+    detail = (f"{parts[-2].rsplit('.', 1)[-1]}: {parts[-1].strip()}" if len(parts) > 2
+              else line.strip())
+    return LeakcheckError(IO, f"cannot write {display_path(final)}: {detail[:300]}",
+                          "check that the output's place exists and can be written")
+
+
 def _cause(text: str) -> str:
     causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)): ?([^\n]*)", text)
     if not causes:

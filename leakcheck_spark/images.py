@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
-from leakcheck_spark import errors, match, outputs, report
+from leakcheck_spark import errors, hf, match, outputs, report
 from leakcheck_spark.audit import Timer, _sample, group_stats, log, matrices, spark_action
 from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
@@ -275,6 +275,19 @@ def _as_given(col, source: str):  # noqa: ANN001, ANN202 - a Column
     return F.when(col.startswith(prefix), col.substr(len(prefix) + 1, 1 << 30)).otherwise(col)
 
 
+def _zero_byte_images(spark: SparkSession, listing: DataFrame, read: DataFrame) -> DataFrame:
+    """The image files of a binaryFile `listing` that are missing from its rows `read` (path,
+    content), with empty content: a file scan reads byte ranges and a zero-byte file has none, so
+    it gives no row -- an image that must be counted as unreadable, not left out."""
+    import pyspark.sql.functions as F
+
+    listed = spark.createDataFrame([(p,) for p in listing.inputFiles()], "path string")
+    seen = read.select(_display("path").alias("_seen"))
+    return (listed.where(_is_image(F.col("path")))
+            .join(seen, _display(F.col("path")) == seen["_seen"], "left_anti")
+            .select(_display("path").alias("path"), F.lit("").cast("binary").alias("content")))
+
+
 def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions) -> DataFrame:
     """One source's images: (_src, dataset, split, id, path, content); `content` is null where
     the executors read the bytes from `path` themselves."""
@@ -285,8 +298,10 @@ def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions
     null_bin = F.lit(None).cast("binary")
     try:
         if kind == "files":
-            df = (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
-                  .load(spark_uri(src.path)).where(_is_image(F.col("path"))))
+            listing = (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+                       .load(spark_uri(src.path)))
+            df = listing.where(_is_image(F.col("path"))).select("path", "content")
+            df = df.unionByName(_zero_byte_images(spark, listing, df))
             df = df.select(_as_given(_display("path"), src.path).alias("id"), "path", "content",
                            split.alias("split"))
         elif kind == "list":
@@ -465,6 +480,11 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     sources = list(sources)
     if not sources:
         raise LeakcheckError(errors.USAGE, "no datasets given", "add -d NAME[:SPLIT]=SOURCE")
+    for src in sources:
+        if src.path.startswith(hf.PREFIX):
+            raise LeakcheckError(errors.USAGE, f"images does not read Hugging Face datasets "
+                                 f"({src.label})", "give a directory or glob of its image files, "
+                                 "or a parquet snapshot of it with --bytes-field F")
     timer = Timer()
     level = StorageLevel.MEMORY_AND_DISK
     frames = [read_images(spark, s, i, options) for i, s in enumerate(sources)]

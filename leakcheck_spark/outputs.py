@@ -77,8 +77,13 @@ def staged(spark: SparkSession, final: str) -> Iterator[str]:
     try:
         yield staging
         fs.replace(staging, final)
-    except BaseException:
+    except BaseException as exc:
         fs.delete(staging)
+        # A Spark write that fails on the filesystem raises a Py4J error holding a Java trace.
+        err = (errors.write_failure(final, _split(staging)[1], exc)
+               if isinstance(exc, Exception) and not isinstance(exc, LeakcheckError) else None)
+        if err is not None:
+            raise err from None
         raise
 
 

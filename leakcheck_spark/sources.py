@@ -609,10 +609,12 @@ def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
     multiLine: quoted newlines are part of a value.  Spark takes the column names from the first
     file's header and applies them to every file by position: enforceSchema=False checks each
     file's header against them, so a file whose columns differ is an error naming it, not values
-    read into wrong columns.  A UTF-8 BOM before the header is not part of the first name.
+    read into wrong columns.  FAILFAST: a row with more or fewer values than the header is an
+    error naming the file and the row (the default mode drops the extra values or fills in nulls,
+    silently).  A UTF-8 BOM before the header is not part of the first name.
     """
     df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
-                            enforceSchema=False, **CSV_DIALECT).csv(files)
+                            enforceSchema=False, mode="FAILFAST", **CSV_DIALECT).csv(files)
     return df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
 
 
@@ -688,6 +690,7 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
             s = part.select(
                 F.lit(frame.index).alias("src"), F.lit(fmt).alias("fmt"), "_lc_file", "_lc_block",
                 "_lc_line", "_lc_seq", "_lc_err", "has_label", "has_split", "id_int",
+                F.col("text").isNotNull().alias("has_text"),
             )
             stats = s if stats is None else stats.unionByName(s)
     good = F.col("_lc_seq").isNotNull()
@@ -701,6 +704,7 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         F.max(F.when(good, F.col("has_label"))).alias("has_label"),
         F.max(F.when(good, F.col("has_split"))).alias("has_split"),
         F.min(F.when(good, F.col("id_int"))).alias("id_int"),
+        F.max("has_text").alias("has_text"),
     )
     try:
         rows = agg.collect()
@@ -737,6 +741,7 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
             where = f"{_UNIT[b.fmt]} {number} of {file}"
             raise LeakcheckError(
                 err.code, err.message.replace("{where}", where).replace("{file}", file))
+        _check_parquet_text_column(spark, src, blocks)
         total = min(src_rows, cap) if cap else src_rows
         if total == 0:
             raise LeakcheckError(errors.EMPTY_INPUT, f"no records in {src.label}")
@@ -761,6 +766,26 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         dataset_base[src.name] = base + total
     return Blocks([tuple(t) for t in table], frozenset(int_ids),
                   frozenset(name for name, ok in int_ids.items() if ok))
+
+
+def _check_parquet_text_column(spark: SparkSession, src: Source, blocks: list) -> None:
+    """Raise MISSING_FIELD for a parquet file of `src` that lacks the text column.
+
+    Spark reads several parquet files with the columns of one of them, and a file without the
+    text column reads as null texts (empty records), silently.  Only a file whose texts are all
+    null (rare) can lack it, so only such files' own columns are looked at.
+    """
+    files = {b._lc_file for b in blocks if b.fmt == "parquet"}
+    if not src.text_field or len(files) < 2:  # one file's columns were checked when it was read
+        return
+    with_text = {b._lc_file for b in blocks if b.fmt == "parquet" and b.has_text}
+    for file in sorted(files - with_text):
+        columns = spark.read.parquet(file).columns
+        if src.text_field not in columns:
+            raise LeakcheckError(
+                errors.MISSING_FIELD, f"text field {src.text_field!r} not in "
+                f"{errors.display_path(file)} (columns: {', '.join(columns[:12])}), one of the "
+                f"files of {src.label}", "give every file of a source the same columns")
 
 
 def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,

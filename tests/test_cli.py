@@ -535,3 +535,55 @@ def test_all_or_nothing_restores_every_output_of_a_failed_block(tmp_path):
         outputs.write_text_file(None, str(tmp_path / "a.json"), "new a")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
     assert (tmp_path / "a.json").read_text() == "new a"
+
+
+UNWRITABLE = Path("/proc/leakcheck-spark-out")  # Linux: no one, not even root, creates files here
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize("command, args", [
+    ("clean", ["--test", "p={test}", "--out", f"{UNWRITABLE}.jsonl"]),
+    ("clean", ["--test", "p={test}", "--out", UNWRITABLE]),
+    ("resplit", ["-d", "p={test}", "--out", f"{UNWRITABLE}.csv"]),
+])
+def test_an_output_place_spark_cannot_write_is_an_io_error_naming_it(cli, data, command, args):
+    args = [str(a).format(test=data / "test.jsonl") for a in args]
+    rc, _, stderr = cli(command, *args, "--text-field", "func")
+    assert rc == 2 and error_code(stderr) == "LC_E_IO", stderr
+    assert f"cannot write {args[-1]}: IOException: Mkdirs failed" in stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_an_out_dir_spark_cannot_write_is_one_line_without_a_java_trace(data):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "leakcheck_spark", "audit", "-d",
+                           f"p={data / 'train.jsonl'}", "--text-field", "func", "--quiet",
+                           "--out-dir", UNWRITABLE], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and error_code(proc.stderr) == "LC_E_IO", proc.stderr
+    assert f"cannot write {UNWRITABLE}: IOException" in proc.stderr
+    assert "Aborting task" not in proc.stderr and "java.io" not in proc.stderr.split("error [")[0]
+
+
+def test_an_output_of_the_other_kind_is_refused_not_replaced(cli, data):
+    """A file where a run writes a directory, or a directory where it writes one file, is not an
+    earlier output: it is refused before any work, and kept."""
+    (data / "afile").write_text("mine")
+    (data / "adir.jsonl").mkdir()
+    (data / "adir.jsonl" / "keep").write_text("mine")
+    clean = ["clean", "--test", f"p={data / 'test.jsonl'}", "--text-field", "func", "--out"]
+    for argv, needle in (
+        (["audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func", "--out-dir",
+          data / "afile"], "is a file"),
+        ([*clean, data / "afile"], "is a file"),
+        ([*clean, data / "adir.jsonl"], "is a directory"),
+        (["resplit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func", "--out",
+          data / "afile"], "is a file"),
+    ):
+        rc, _, stderr = cli(*argv)
+        assert rc == 2 and error_code(stderr) == "LC_E_USAGE" and needle in stderr, stderr
+    assert (data / "afile").read_text() == "mine"
+    assert (data / "adir.jsonl" / "keep").read_text() == "mine"
+    assert sorted(p.name for p in data.iterdir()) == ["adir.jsonl", "afile", "test.jsonl",
+                                                      "train.jsonl"]

@@ -319,3 +319,23 @@ def test_a_csv_table_is_read_as_text_sources_are(cli, pictures, tmp_path):
                      "--id-field", "name", "--quiet")
     assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]"), err
     assert "b.csv" in err
+
+
+def test_a_zero_byte_image_is_counted_and_listed_as_unreadable(spark, pictures, tmp_path):
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.png").write_bytes((pictures / "train" / "orig0.png").read_bytes())
+    (tmp_path / "imgs" / "empty.png").write_bytes(b"")
+    res = images([Source("p", str(tmp_path / "imgs"), split="test")], spark=spark)
+    report = res.to_dict()
+    res.unpersist()
+    assert (report["total_images"], report["unreadable"]["count"]) == (2, 1)
+    [entry] = report["unreadable"]["sample"]
+    assert entry["id"] == str(tmp_path / "imgs" / "empty.png")
+    assert "cannot identify image file" in entry["reason"]
+
+
+def test_an_hf_source_is_a_usage_error_not_a_spark_failure(cli):
+    rc, _, err = cli("images", "-d", "p=hf:org/name", "--quiet")
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("leakcheck-spark: error [LC_E_USAGE]: images does not read Hugging "
+                          "Face datasets (p=hf:org/name)"), err

@@ -211,3 +211,28 @@ def test_an_id_field_for_txt_lines_is_a_missing_field(cli, tmp_path):
                      "--id-field", "id", "--quiet")
     assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_MISSING_FIELD]: id field "
                                       f"'id' not in line 1 of {tmp_path / 'a.txt'}"), err
+
+
+def test_a_parquet_file_without_the_text_column_is_an_error_naming_it(spark, cli, tmp_path):
+    # Spark reads every file with one file's columns: b.parquet's rows would be null texts.
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"func": ["alpha", "beta"]}), tmp_path / "d" / "a.parquet")
+    pq.write_table(pa.table({"code": ["gamma"]}), tmp_path / "d" / "b.parquet")
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 'd'}", "--text-field", "func", "--quiet")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_MISSING_FIELD]: text field "
+                                      f"'func' not in {tmp_path / 'd' / 'b.parquet'} (columns: "
+                                      "code)"), err
+    # A file that has the column, all of it null, is a file of empty records.
+    pq.write_table(pa.table({"func": pa.array([None], pa.string())}), tmp_path / "d" / "b.parquet")
+    df = records(spark, [Source("x", str(tmp_path / "d"), text_field="func")])
+    assert sorted(r.text or "" for r in df.collect()) == ["", "alpha", "beta"]
+
+
+def test_a_csv_row_with_more_or_fewer_values_than_the_header_is_bad_format(cli, tmp_path):
+    for rows in ("a,1\nb,1,extra\n", "a,1\nb\n"):
+        (tmp_path / "r.csv").write_text("func,y\n" + rows, encoding="utf-8")
+        rc, _, err = cli("audit", "-d", f"x={tmp_path / 'r.csv'}", "--text-field", "func",
+                         "--quiet")
+        assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read "
+                                          f"{tmp_path / 'r.csv'}: "), err
+        assert "Malformed CSV record: b" in err and len(err.strip().splitlines()) == 1
