@@ -56,6 +56,7 @@ FILE_OPEN_COST = 64 * 1024  # what opening a file costs, in bytes, when files ar
 HASH_BITS = 64
 RESPLIT_COLUMNS = ("path", "split", "original_split", "group_id", "reassigned")
 OVERLAP_COLUMNS = (*match.OVERLAP_COLUMNS, "distance")
+OVERLAP_ORDER = (*match.OVERLAP_ORDER, "distance")
 
 
 @dataclass(frozen=True)
@@ -419,7 +420,7 @@ class ImagesResult:
         spark = self.overlaps.sparkSession
         t = time.monotonic()
         with outputs.staged(spark, out_dir) as tmp:
-            outputs.write_table(self.overlaps.orderBy("from", "to", "id"), f"{tmp}/overlaps", fmt)
+            outputs.write_table(self.overlaps.orderBy(*OVERLAP_ORDER), f"{tmp}/overlaps", fmt)
             outputs.write_table(self.leaked_groups.orderBy("group_id"), f"{tmp}/leaked_groups",
                                 fmt)
             outputs.write_table(self.unreadable.orderBy("dataset", "id"), f"{tmp}/unreadable",
@@ -534,7 +535,7 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
         "groups": groups, "split_matrix": split_m, "dataset_matrix": dataset_m,
         "overlaps": {"count": overlap_count,
                      "sample": [report.native_overlap(r, int_groups)
-                                for r in _sample(overlaps, ("from", "to", "id"))]},
+                                for r in _sample(overlaps, OVERLAP_ORDER)]},
         **summary,
     }
     return ImagesResult(sources, options, summary, overlaps.select(*OVERLAP_COLUMNS), unreadable,
