@@ -109,7 +109,8 @@ class AuditResult:
         spark = self.overlaps.sparkSession
         t = time.monotonic()
         with outputs.staged(spark, out_dir) as tmp:
-            outputs.write_table(self.overlaps.orderBy("from", "to", "id"), f"{tmp}/overlaps", fmt)
+            outputs.write_table(self.overlaps.orderBy(*match.OVERLAP_ORDER), f"{tmp}/overlaps",
+                                fmt)
             outputs.write_table(self.label_conflicts.orderBy("key"), f"{tmp}/label_conflicts", fmt)
             self.timings["write"] = round(time.monotonic() - t, 3)
             outputs.write_json_file(spark, f"{tmp}/report.json", self.to_dict())
@@ -183,7 +184,7 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         cached.append(overlaps)
         overlap_count = overlaps.count()
         overlap_sample = [report.native_overlap(r, int_groups)
-                          for r in _sample(overlaps, ("from", "to", "id"))]
+                          for r in _sample(overlaps, match.OVERLAP_ORDER)]
         timer.lap("overlaps", f"overlaps: {overlap_count:,} (record, other group) pairs")
         conflicts = match.label_conflicts(records).persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(conflicts)

@@ -311,7 +311,8 @@ def write_rows(result: CleanResult, out: str) -> None:
 
 def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: str) -> DataFrame:
     """The kept rows as columns: a table's own columns, a .txt line as `text`, or the JSON
-    objects of a line format (written to `aside` and read back by Spark's JSON reader)."""
+    objects of a line format (their columns as Spark's JSON reader infers them from `aside`),
+    in the order of `kept`."""
     import pyspark.sql.functions as F
 
     if result.input_format == "txt":  # the line's text: without the \r of a CRLF line
@@ -319,9 +320,11 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: 
     if result.input_format not in ("jsonl", "json"):
         return kept.select(*[F.col(original_column(i)).alias(c)
                              for i, c in enumerate(result.original_columns)])
-    # With no row kept, the columns come from every test row: an empty read has no columns,
-    # which Spark cannot write as CSV or Parquet.
+    # Spark's JSON reader infers the columns; the rows themselves are parsed in place with that
+    # schema, so they stay in the order of `kept` (a read of the written part files would come
+    # back largest file first).  With no row kept, the columns come from every test row: an
+    # empty read has no columns, which Spark cannot write as CSV or Parquet.
     none_kept = result.counts["kept"] == 0
     (result.rows if none_kept else kept).select("raw").write.text(outputs.spark_uri(aside))
-    table = spark.read.json(outputs.spark_uri(aside))
-    return table.limit(0) if none_kept else table
+    schema = spark.read.json(outputs.spark_uri(aside)).schema
+    return kept.select(F.from_json("raw", schema).alias("_lc_obj")).select("_lc_obj.*")

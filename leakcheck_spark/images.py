@@ -56,6 +56,9 @@ FILE_OPEN_COST = 64 * 1024  # what opening a file costs, in bytes, when files ar
 HASH_BITS = 64
 RESPLIT_COLUMNS = ("path", "split", "original_split", "group_id", "reassigned")
 OVERLAP_COLUMNS = (*match.OVERLAP_COLUMNS, "distance")
+OVERLAP_ORDER = (*match.OVERLAP_ORDER, "distance")
+# Unreadable images are listed by (dataset, id), then split: one id can be in several splits.
+UNREADABLE_ORDER = ("dataset", "id", "split", "reason")
 
 
 @dataclass(frozen=True)
@@ -434,10 +437,10 @@ class ImagesResult:
         spark = self.overlaps.sparkSession
         t = time.monotonic()
         with outputs.staged(spark, out_dir) as tmp:
-            outputs.write_table(self.overlaps.orderBy("from", "to", "id"), f"{tmp}/overlaps", fmt)
+            outputs.write_table(self.overlaps.orderBy(*OVERLAP_ORDER), f"{tmp}/overlaps", fmt)
             outputs.write_table(self.leaked_groups.orderBy("group_id"), f"{tmp}/leaked_groups",
                                 fmt)
-            outputs.write_table(self.unreadable.orderBy("dataset", "id"), f"{tmp}/unreadable",
+            outputs.write_table(self.unreadable.orderBy(*UNREADABLE_ORDER), f"{tmp}/unreadable",
                                 fmt)
             self.timings["write"] = round(time.monotonic() - t, 3)
             outputs.write_json_file(spark, f"{tmp}/report.json", self.to_dict())
@@ -497,7 +500,9 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
                                "spark.sql.files.openCostInBytes": FILE_OPEN_COST}):
         hashes = everything.mapInArrow(hash_batches, _HASHED_DDL).persist(level)
         hashes.count()  # hash once (the sort below would run the hashing again to sample)
-    imgs = positions(hashes, ("_src", "id", "hash", "error")).persist(level)
+    # Every column of a row: a table may list one id in several splits (rows equal in all of
+    # them are interchangeable), and ties in a sort follow the order shuffle blocks arrive in.
+    imgs = positions(hashes, ("_src", "id", "split", "hash", "error")).persist(level)
     per_source = {r._src: r["count"] for r in imgs.groupBy("_src").count().collect()}
     hashes.unpersist()
     total = sum(per_source.values())
@@ -554,7 +559,7 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
         "groups": groups, "split_matrix": split_m, "dataset_matrix": dataset_m,
         "overlaps": {"count": overlap_count,
                      "sample": [report.native_overlap(r, int_groups)
-                                for r in _sample(overlaps, ("from", "to", "id"))]},
+                                for r in _sample(overlaps, OVERLAP_ORDER)]},
         **summary,
     }
     return ImagesResult(sources, options, summary, overlaps.select(*OVERLAP_COLUMNS), unreadable,
@@ -586,7 +591,7 @@ def _summaries(final: DataFrame) -> tuple[dict, DataFrame, DataFrame]:
                           "sample": [report.jsonable(r) for r in leaked.orderBy("group_id")
                                      .limit(report.SAMPLE_ROWS).collect()]},
         "unreadable": {"count": n_unreadable,
-                       "sample": [report.jsonable(r) for r in unreadable.orderBy("dataset", "id")
+                       "sample": [report.jsonable(r) for r in unreadable.orderBy(*UNREADABLE_ORDER)
                                   .limit(report.SAMPLE_ROWS).collect()]},
     }
     return summary, leaked, unreadable

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 MAX_MATCH_IDS = 5
 SAMPLE_TEXT_CHARS = 200  # a label conflict's sample text is truncated to this
 OVERLAP_COLUMNS = ("from", "id", "to", "match_ids", "match", "similarity")
+# The order overlaps are sampled and written in: by (from, to, id), then by every other column,
+# as one group can repeat an id (rows equal in all of them are interchangeable).
+OVERLAP_ORDER = ("from", "to", "id", "match", "similarity", "match_ids")
 
 
 def key_groups(records: DataFrame) -> DataFrame:
@@ -194,9 +197,9 @@ def overlaps(records: DataFrame, reached: DataFrame) -> DataFrame:
 def label_conflicts(records: DataFrame) -> DataFrame:
     """Keys whose records carry more than one canonical label (exact key only).
 
-    Columns: key (hex of the normalised-text hash), text (one sample, the first member's text,
-    truncated to 200 characters), labels (the distinct canonical labels), n_members, members
-    (array of (group, id, label), sorted).
+    Columns: key (hex of the normalised-text hash), text (one sample, the first member's text
+    -- of tied members the one read first -- truncated to 200 characters), labels (the distinct
+    canonical labels), n_members, members (array of (group, id, label), sorted).
     """
     import pyspark.sql.functions as F
 
@@ -206,11 +209,15 @@ def label_conflicts(records: DataFrame) -> DataFrame:
         .where(F.col("_k") > 1).select("key")
     )
     member = F.struct("group", "id", "label")
+    # Members can tie (an id repeated in a group) while their texts differ (same normalised
+    # text, other whitespace): of tied members the one read first gives the text (`row` is
+    # unique within a group's dataset), so the sample does not depend on partitioning.
+    first = F.struct("group", "id", "label", "row")
     return (
         labelled.join(conflicting, "key")
         .groupBy("key")
         .agg(
-            F.min_by("text", member).alias("text"),
+            F.min_by("text", first).alias("text"),
             F.array_sort(F.collect_set("label_canon")).alias("labels"),
             F.array_sort(F.collect_list(member)).alias("members"),
         )

@@ -164,6 +164,47 @@ def test_same_report_on_any_partitioning(spark, tmp_path):
     assert one[0]["overlaps"]["count"] > 0 and one[2]
 
 
+def test_samples_with_repeated_ids_are_the_same_on_any_partitioning(spark, tmp_path):
+    # Every record of a/x has the id "dup": its overlaps tie on (from, to, id) and its conflict
+    # members on (group, id, label), while their texts (same key, other whitespace) and their
+    # match_ids differ.  report.json's samples must not depend on which tied row comes first.
+    rnd = random.Random(1)
+    texts = [f"shared text {k}" for k in range(30)]
+    a_rows = [{"id": "dup", "y": rnd.choice("pq"),
+               "t": texts[i % 30] if i < 30 else " " + texts[i % 30].replace(" ", "   ")}
+              for i in range(60)]
+    write_jsonl(tmp_path / "a.jsonl", a_rows)
+    # A conflict's text is its first member's, (group, id, label), ties in read order.
+    first_text = {}
+    for r in sorted(a_rows, key=lambda r: r["y"]):  # stable: ties stay in read order
+        first_text.setdefault("".join(r["t"].split()), r["t"])
+    write_jsonl(tmp_path / "b.jsonl", [{"id": f"m{i}", "t": rnd.choice(texts), "y": "p"}
+                                       for i in range(90)])
+    srcs = [Source("a", str(tmp_path / "a.jsonl"), split="x", text_field="t", id_field="id",
+                   label_field="y"),
+            Source("b", str(tmp_path / "b.jsonl"), split="y", text_field="t", id_field="id",
+                   label_field="y")]
+    reports = []
+    for conf in ({"spark.sql.shuffle.partitions": 1}, {"spark.sql.shuffle.partitions": 37},
+                 {"spark.sql.shuffle.partitions": 5, "spark.sql.adaptive.enabled": "false",
+                  "spark.sql.files.maxPartitionBytes": 700, "spark.sql.files.openCostInBytes": 0}):
+        with spark_conf(spark, **conf):
+            res = audit(srcs, Options(), spark=spark)
+            rep = res.to_dict()
+            rows = [r.asDict() for r in res.overlaps.collect()]
+            res.unpersist()
+        rep.pop("timings")
+        reports.append(rep)
+        # The sample is the first rows of the whole list in its full order (ties broken by
+        # the remaining columns).
+        rows.sort(key=lambda r: (r["from"], r["to"], r["id"], r["match"], r["similarity"],
+                                 r["match_ids"]))
+        assert rep["overlaps"]["sample"] == rows[:20]
+        assert [c["text"] for c in rep["label_conflicts"]["sample"]] == [
+            first_text["".join(c["text"].split())] for c in rep["label_conflicts"]["sample"]]
+    assert reports[0] == reports[1] == reports[2]
+
+
 def test_a_text_with_thousands_of_copies(spark, tmp_path):
     n = 3000
     write_jsonl(tmp_path / "a.jsonl", [{"t": "int boiler(void) { return 0; }", "y": i % 2}

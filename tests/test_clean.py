@@ -7,7 +7,7 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from conftest import write_jsonl
+from conftest import spark_conf, write_jsonl
 
 
 def test_clean_jsonl_byte_identical_with_every_reason(cli, tmp_path):
@@ -91,6 +91,31 @@ def test_clean_to_a_directory_in_format(cli, tmp_path):
                      f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--out", out)
     assert code == 0
     assert pq.read_table(out).to_pylist() == [{"f": "x", "n": 1}]
+
+
+def test_clean_of_json_lines_to_a_directory_keeps_input_order(spark, cli, tmp_path):
+    # Kept JSON lines become columns through Spark's JSON reader, which reads a directory of part
+    # files largest first: the rows of a directory output must still come in input order, on
+    # every partitioning (AQE would coalesce this small input into one partition, one file).
+    rows = [{"f": f"text {i}", "n": i, "pad": "x" * (i * 7 % 23)} for i in range(40)]
+    write_jsonl(tmp_path / "t.jsonl", rows)
+    write_jsonl(tmp_path / "a.jsonl", [{"f": "text 3"}, {"f": "text 17"}])
+    expected = [r for r in rows if r["n"] not in (3, 17)]
+    for fmt, partitions in (("parquet", 5), ("csv", 7), ("parquet", 1)):
+        out = tmp_path / f"out-{fmt}-{partitions}"
+        with spark_conf(spark, **{"spark.sql.shuffle.partitions": partitions,
+                                  "spark.sql.adaptive.coalescePartitions.enabled": False}):
+            code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                             f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--format", fmt,
+                             "--out", out)
+        assert code == 0
+        parts = sorted(out.glob("part-*"))
+        if fmt == "csv":
+            got = [{"f": r["f"], "n": int(r["n"]), "pad": r["pad"]} for part in parts
+                   for r in csv.DictReader(open(part, newline="", encoding="utf-8"))]
+        else:
+            got = [r for part in parts for r in pq.read_table(part).to_pylist()]
+        assert got == expected, (fmt, partitions)
 
 
 def test_clean_gzipped_jsonl_and_json_list_inputs(cli, tmp_path):

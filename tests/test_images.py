@@ -178,6 +178,35 @@ def test_the_same_report_and_groups_on_any_partitioning(spark, pictures):
     assert results[0] == results[1]
 
 
+def test_an_id_repeated_across_splits_gets_the_same_order_and_group_on_any_partitioning(
+        spark, pictures, tmp_path):
+    # A table may list one path (the id) in several splits, readable or not: such rows tie on
+    # everything but their split, and their read order (`_order`, hence an unreadable image's
+    # group id and the --resplit-out row order) must not follow the partitioning.
+    files = [str(p) for p in sorted((pictures / "train").glob("*.png"))[:3]]
+    files.append(str(tmp_path / "missing.png"))
+    rnd = random.Random(3)
+    write_jsonl(tmp_path / "t.jsonl", [{"file": rnd.choice(files), "s": s, "pad": "x" * i}
+                                       for i in range(40) for s in ("val", "train", "test")])
+    results = []
+    for conf in ({"spark.sql.shuffle.partitions": 1},
+                 {"spark.sql.shuffle.partitions": 7, "spark.sql.adaptive.enabled": "false",
+                  "spark.sql.files.maxPartitionBytes": 600,
+                  "spark.sql.files.openCostInBytes": 0}):
+        with spark_conf(spark, **conf):
+            res = images([Source("t", str(tmp_path / "t.jsonl"), split_field="s")],
+                         ImageOptions(path_field="file"), spark=spark)
+            report = res.to_dict()
+            report.pop("timings")
+            results.append((sorted((r._order, r.split, r.id, r.group_id)
+                                   for r in res.images.collect()), report))
+            res.unpersist()
+    assert results[0] == results[1]
+    # Tied rows come in split order, so each unreadable row's group is itself, in that order.
+    missing = [(split, order) for order, split, path, _ in results[0][0] if path == files[-1]]
+    assert [s for s, _ in missing] == sorted(s for s, _ in missing)
+
+
 def test_tables_with_paths_or_bytes_and_path_lists(spark, pictures, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
