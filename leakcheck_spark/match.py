@@ -136,7 +136,8 @@ def smallest_ids(records: DataFrame, by: tuple[str, ...] = ("key", "group"),
 
     `ids` holds (id_num, id) structs, so integer ids sort numerically; :func:`first_ids` merges
     such arrays.  A window keeps the sort per cell (spilling if a key has many copies) instead of
-    collecting every id of a large duplicate group into one row.
+    collecting every id of a large duplicate group into one row.  An id repeated in a cell (a
+    dataset may repeat ids) counts once: dense ranks, collected as a set (at most k values).
     """
     import pyspark.sql.functions as F
     from pyspark.sql import Window
@@ -144,9 +145,9 @@ def smallest_ids(records: DataFrame, by: tuple[str, ...] = ("key", "group"),
     w = Window.partitionBy(*by).orderBy("id_num", "id")
     return (
         records.where(F.col("key").isNotNull())
-        .select(*by, "id_num", "id").withColumn("_rank", F.row_number().over(w))
+        .select(*by, "id_num", "id").withColumn("_rank", F.dense_rank().over(w))
         .where(F.col("_rank") <= k)
-        .groupBy(*by).agg(F.array_sort(F.collect_list(F.struct("id_num", "id"))).alias("ids"))
+        .groupBy(*by).agg(F.array_sort(F.collect_set(F.struct("id_num", "id"))).alias("ids"))
     )
 
 

@@ -205,6 +205,19 @@ def test_samples_with_repeated_ids_are_the_same_on_any_partitioning(spark, tmp_p
     assert reports[0] == reports[1] == reports[2]
 
 
+def test_match_ids_are_the_five_smallest_distinct_ids(spark, tmp_path):
+    # b repeats ids: the 5 smallest ids are 5 distinct ones, not 4 and a repeat.
+    write_jsonl(tmp_path / "a.jsonl", [{"id": 9, "t": "int x;"}])
+    write_jsonl(tmp_path / "b.jsonl", [{"id": i, "t": "int  x;"} for i in (7, 1, 1, 3, 2, 2, 5, 4)])
+    res = audit([Source("a", str(tmp_path / "a.jsonl"), split="test", text_field="t", id_field="id"),
+                 Source("b", str(tmp_path / "b.jsonl"), split="train", text_field="t",
+                        id_field="id")], Options(), spark=spark)
+    rows = {(r["from"], r["id"]): r["match_ids"] for r in res.overlaps.collect()}
+    res.unpersist()
+    assert rows[("a/test", 9)] == [1, 2, 3, 4, 5]
+    assert rows[("b/train", 1)] == [9]
+
+
 def test_a_text_with_thousands_of_copies(spark, tmp_path):
     n = 3000
     write_jsonl(tmp_path / "a.jsonl", [{"t": "int boiler(void) { return 0; }", "y": i % 2}
