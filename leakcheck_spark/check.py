@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterator, Sequence
@@ -151,8 +152,12 @@ def render(report: dict) -> str:
 def as_source(name: str, src: Source | str) -> Source:
     """A check input as a Source of dataset `name`, read as noleak reads records (train records
     need no ids: only eval records are listed)."""
-    if isinstance(src, str):
+    if isinstance(src, (str, os.PathLike)):
         return Source(name, src, noleak=True)
+    if not isinstance(src, Source):
+        raise LeakcheckError(errors.USAGE,
+                             f"a check input must be a Source or a path, not {src!r}",
+                             "pass train=[Source or path, ...] and eval_source=Source or path")
     return replace(src, name=name, split=None, split_field=None, label_field=None, noleak=True,
                    id_field=src.id_field if name == EVAL else None)
 
@@ -210,18 +215,19 @@ def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEF
     from pyspark import StorageLevel
 
     from leakcheck_spark.near import near_progress, unit_match_edges
-    from leakcheck_spark.session import get_session
+    from leakcheck_spark.options import as_options
+    from leakcheck_spark.session import session_or_default
     from leakcheck_spark.sources import read_records
 
     check_n(n)
-    if isinstance(train, (str, Source)):
+    if isinstance(train, (str, os.PathLike, Source)):
         train = [train]
     train = [as_source(TRAIN, s) for s in train]
     if not train:
         raise LeakcheckError(errors.USAGE, "check needs at least one --train SRC")
     eval_source = as_source(EVAL, eval_source)
-    options = options or Options()
-    spark = spark or get_session()
+    options = as_options(options)
+    spark = session_or_default(spark)
     timer = Timer()
     records, frames, blocks = read_records(spark, [*train, eval_source], options,
                                            derived=_derived(options))

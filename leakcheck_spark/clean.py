@@ -20,7 +20,7 @@ from leakcheck_spark import errors, match, outputs
 from leakcheck_spark.audit import Timer, key_columns, spark_action
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import near_progress, unit_match_edges
-from leakcheck_spark.options import Options, Source
+from leakcheck_spark.options import Options, Source, as_options, as_sources
 from leakcheck_spark.report import native_id
 from leakcheck_spark.sources import (
     RECORD_COLUMNS,
@@ -125,10 +125,14 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
     """
     from pyspark import StorageLevel
 
-    from leakcheck_spark.session import get_session
+    from leakcheck_spark.session import session_or_default
 
-    options = options or Options()
-    spark = spark or get_session()
+    if not isinstance(test, Source):
+        raise LeakcheckError(errors.USAGE, f"test must be one Source, not {test!r}",
+                             "clean one split at a time: clean(Source(...), [Source(...), ...])")
+    against = as_sources(against, "against")
+    options = as_options(options)
+    spark = session_or_default(spark)
     timer = Timer()
     keyed = Derived(key_columns(options))
     test_frame = read_source(spark, test, 0, keep_raw=True, derived=keyed)
