@@ -96,6 +96,8 @@ def test_one_source_for_a_list_of_them(spark, two):
     one, listed = L.clean(test, train, spark=spark), L.clean(test, [train], spark=spark)
     assert one.counts == listed.counts == {"kept": 1, "dropped": 1, "against": 1,
                                            "duplicate": 0, "conflict": 0}
+    one.unpersist()
+    listed.unpersist()
 
 
 def test_resplit_priority_as_a_string_is_read_like_the_flag(spark, two):
@@ -108,3 +110,40 @@ def test_resplit_priority_as_a_string_is_read_like_the_flag(spark, two):
     assert_df_equality(by_string.assignment, by_tuple.assignment, ignore_row_order=True)
     by_string.unpersist()
     by_tuple.unpersist()
+
+
+def _cached_ids(spark) -> set:
+    return set(spark.sparkContext._jsc.getPersistentRDDs().keySet())
+
+
+def test_a_failed_call_leaves_nothing_cached(spark, two, tmp_path):
+    # Before: the sources read before the bad row stayed persisted (nothing could release
+    # them but spark.catalog.clearCache(), which drops the user's own caches too).
+    train, test = two
+    write_jsonl(tmp_path / "bad.jsonl", [{"code": "x"}])
+    bad = L.Source("b", str(tmp_path / "bad.jsonl"), split="test", text_field="func")
+    before = _cached_ids(spark)
+    for call in (lambda: L.audit([train, test, bad], spark=spark),
+                 lambda: L.audit([train, test, bad], L.Options(near=True), spark=spark),
+                 lambda: L.clean(test, [train, bad], spark=spark),
+                 lambda: L.resplit([train, bad], spark=spark),
+                 lambda: L.check([train], bad, n=3, spark=spark),
+                 lambda: L.fingerprint_sources([train, bad], spark=spark)):
+        with pytest.raises(L.LeakcheckError):
+            call()
+        assert _cached_ids(spark) == before
+
+
+def test_clean_releases_what_it_cached(spark, two, tmp_path):
+    # Before: CleanResult had no unpersist(): the test rows and the decisions of every clean
+    # stayed cached for the rest of the session.
+    train, test = two
+    before = _cached_ids(spark)
+    res = L.clean(test, [train], L.Options(near=True), dedup=True, drop_conflicts=True,
+                  spark=spark)
+    res.write(str(tmp_path / "kept.jsonl"))
+    res.unpersist()
+    assert _cached_ids(spark) == before
+    # Still usable, recomputed.
+    assert (tmp_path / "kept.jsonl").read_text() == '{"func": "int h(){return 3;}", "label": 0}\n'
+    assert [r.id for r in res.kept.collect()] == [1]
