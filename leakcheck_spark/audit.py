@@ -105,14 +105,16 @@ class AuditResult:
 
         Everything goes to a staging directory first, so a failure leaves no partial out_dir.
         """
-        fmt = fmt or self.options.format
+        fmt = outputs.check_format(fmt or self.options.format)
         spark = self.overlaps.sparkSession
         t = time.monotonic()
         with outputs.staged(spark, out_dir) as tmp:
             outputs.write_table(self.overlaps.orderBy("from", "to", "id"), f"{tmp}/overlaps", fmt)
             outputs.write_table(self.label_conflicts.orderBy("key"), f"{tmp}/label_conflicts", fmt)
             self.timings["write"] = round(time.monotonic() - t, 3)
-            outputs.write_json_file(spark, f"{tmp}/report.json", self.to_dict())
+            report = self.to_dict()
+            report["options"]["format"] = fmt  # what the lists beside it are written in
+            outputs.write_json_file(spark, f"{tmp}/report.json", report)
         log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)
 
 

@@ -119,14 +119,16 @@ class CheckResult:
     def write(self, out_dir: str, fmt: str | None = None) -> None:
         """Write ``out_dir``: report.json and records/ (one row per eval record, in read order).
         Staged, so a failure leaves no partial out_dir."""
-        fmt = fmt or self.options.format
+        fmt = outputs.check_format(fmt or self.options.format)
         spark = self.records.sparkSession
         t = time.monotonic()
         with outputs.staged(spark, out_dir) as tmp:
             outputs.write_table(self.records.orderBy("row").select(*RECORD_COLUMNS),
                                 f"{tmp}/records", fmt)
             self.timings["write"] = round(time.monotonic() - t, 3)
-            outputs.write_json_file(spark, f"{tmp}/report.json", self.to_dict())
+            report = self.to_dict()
+            report["options"]["format"] = fmt  # what records/ beside it is written in
+            outputs.write_json_file(spark, f"{tmp}/report.json", report)
         log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +148,28 @@ def test_clean_releases_what_it_cached(spark, two, tmp_path):
     # Still usable, recomputed.
     assert (tmp_path / "kept.jsonl").read_text() == '{"func": "int h(){return 3;}", "label": 0}\n'
     assert [r.id for r in res.kept.collect()] == [1]
+
+
+def test_write_refuses_an_unknown_format_and_reports_the_one_used(spark, two, tmp_path):
+    # Before: write(dir, fmt="xml") wrote Parquet without a word, and write(dir, fmt="csv")
+    # wrote CSV lists beside a report.json whose options said "parquet".
+    res = L.audit(list(two), spark=spark)
+    rs = L.resplit(list(two), spark=spark)
+    for write in (lambda: res.write(str(tmp_path / "r"), fmt="xml"),
+                  lambda: rs.write(str(tmp_path / "r"), fmt="CSV")):
+        with pytest.raises(L.LeakcheckError) as info:
+            write()
+        assert info.value.code == USAGE
+        assert not (tmp_path / "r").exists()
+    res.write(str(tmp_path / "r"), fmt="csv")
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["options"]["format"] == "csv"
+    assert res.options.format == "parquet"
+    overlaps = spark.read.option("header", True).csv(str(tmp_path / "r" / "overlaps"))
+    assert_df_equality(overlaps, spark.createDataFrame(
+        [("d/test", "2", "d/train", "[0]", "exact", "1.0"),     # ids: rows of dataset d
+         ("d/train", "0", "d/test", "[2]", "exact", "1.0")],
+        "from string, id string, to string, match_ids string, match string, "
+        "similarity string"), ignore_row_order=True)
+    res.unpersist()
+    rs.unpersist()
