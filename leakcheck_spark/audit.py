@@ -12,7 +12,7 @@ from leakcheck_spark.errors import LeakcheckError, from_spark_exception
 from leakcheck_spark.fingerprint import FP_COLUMN, fingerprints
 from leakcheck_spark.near import near_progress, unit_match_edges
 from leakcheck_spark.normalize import key_column, unit_column
-from leakcheck_spark.options import Options, Source
+from leakcheck_spark.options import Options, Source, as_options, as_sources
 from leakcheck_spark.sources import Derived, read_records
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class AuditResult:
 
         Everything goes to a staging directory first, so a failure leaves no partial out_dir.
         """
-        fmt = fmt or self.options.format
+        fmt = outputs.check_format(fmt or self.options.format)
         spark = self.overlaps.sparkSession
         t = time.monotonic()
         with outputs.staged(spark, out_dir) as tmp:
@@ -113,7 +113,9 @@ class AuditResult:
                                 fmt)
             outputs.write_table(self.label_conflicts.orderBy("key"), f"{tmp}/label_conflicts", fmt)
             self.timings["write"] = round(time.monotonic() - t, 3)
-            outputs.write_json_file(spark, f"{tmp}/report.json", self.to_dict())
+            report = self.to_dict()
+            report["options"]["format"] = fmt  # what the lists beside it are written in
+            outputs.write_json_file(spark, f"{tmp}/report.json", report)
         log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)
 
 
@@ -150,11 +152,11 @@ def audit(sources: Sequence[Source], options: Options | None = None,
     import pyspark.sql.functions as F
     from pyspark import StorageLevel
 
-    from leakcheck_spark.session import get_session
+    from leakcheck_spark.session import session_or_default
 
-    options = options or Options()
-    spark = spark or get_session()
-    sources = list(sources)
+    sources = as_sources(sources)
+    options = as_options(options)
+    spark = session_or_default(spark)
     timer = Timer()
 
     records, frames, blocks = read_records(spark, sources, options, derived=keyed(options))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterator, Sequence
@@ -118,14 +119,16 @@ class CheckResult:
     def write(self, out_dir: str, fmt: str | None = None) -> None:
         """Write ``out_dir``: report.json and records/ (one row per eval record, in read order).
         Staged, so a failure leaves no partial out_dir."""
-        fmt = fmt or self.options.format
+        fmt = outputs.check_format(fmt or self.options.format)
         spark = self.records.sparkSession
         t = time.monotonic()
         with outputs.staged(spark, out_dir) as tmp:
             outputs.write_table(self.records.orderBy("row").select(*RECORD_COLUMNS),
                                 f"{tmp}/records", fmt)
             self.timings["write"] = round(time.monotonic() - t, 3)
-            outputs.write_json_file(spark, f"{tmp}/report.json", self.to_dict())
+            report = self.to_dict()
+            report["options"]["format"] = fmt  # what records/ beside it is written in
+            outputs.write_json_file(spark, f"{tmp}/report.json", report)
         log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)
 
 
@@ -151,8 +154,12 @@ def render(report: dict) -> str:
 def as_source(name: str, src: Source | str) -> Source:
     """A check input as a Source of dataset `name`, read as noleak reads records (train records
     need no ids: only eval records are listed)."""
-    if isinstance(src, str):
+    if isinstance(src, (str, os.PathLike)):
         return Source(name, src, noleak=True)
+    if not isinstance(src, Source):
+        raise LeakcheckError(errors.USAGE,
+                             f"a check input must be a Source or a path, not {src!r}",
+                             "pass train=[Source or path, ...] and eval_source=Source or path")
     return replace(src, name=name, split=None, split_field=None, label_field=None, noleak=True,
                    id_field=src.id_field if name == EVAL else None)
 
@@ -210,18 +217,19 @@ def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEF
     from pyspark import StorageLevel
 
     from leakcheck_spark.near import near_progress, unit_match_edges
-    from leakcheck_spark.session import get_session
+    from leakcheck_spark.options import as_options
+    from leakcheck_spark.session import session_or_default
     from leakcheck_spark.sources import read_records
 
     check_n(n)
-    if isinstance(train, (str, Source)):
+    if isinstance(train, (str, os.PathLike, Source)):
         train = [train]
     train = [as_source(TRAIN, s) for s in train]
     if not train:
         raise LeakcheckError(errors.USAGE, "check needs at least one --train SRC")
     eval_source = as_source(EVAL, eval_source)
-    options = options or Options()
-    spark = spark or get_session()
+    options = as_options(options)
+    spark = session_or_default(spark)
     timer = Timer()
     records, frames, blocks = read_records(spark, [*train, eval_source], options,
                                            derived=_derived(options))

@@ -20,7 +20,7 @@ from leakcheck_spark import errors, match, outputs
 from leakcheck_spark.audit import Timer, key_columns, spark_action
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import near_progress, unit_match_edges
-from leakcheck_spark.options import Options, Source
+from leakcheck_spark.options import Options, Source, as_options, as_sources
 from leakcheck_spark.report import native_id
 from leakcheck_spark.sources import (
     RECORD_COLUMNS,
@@ -52,6 +52,13 @@ class CleanResult:
     counts: dict[str, int]
     int_ids: tuple[bool, bool] = (False, False)  # (test ids, against ids) are all integers
     timings: dict[str, float] = field(default_factory=dict)
+    _cached: list = field(default_factory=list, repr=False)
+
+    def unpersist(self) -> None:
+        """Release the data the clean cached (the test rows and the decisions); the results
+        stay usable, recomputed on demand."""
+        for df in self._cached:
+            df.unpersist()
 
     @property
     def kept(self) -> DataFrame:
@@ -125,45 +132,61 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
     """
     from pyspark import StorageLevel
 
-    from leakcheck_spark.session import get_session
+    from leakcheck_spark.session import session_or_default
 
-    options = options or Options()
+    if not isinstance(test, Source):
+        raise LeakcheckError(errors.USAGE, f"test must be one Source, not {test!r}",
+                             "clean one split at a time: clean(Source(...), [Source(...), ...])")
+    against = as_sources(against, "against")
+    options = as_options(options)
     if drop_conflicts and not any(s.label_field for s in (test, *against)):
         raise LeakcheckError(
             errors.USAGE, "--drop-conflicts compares labels, but no source has a label field",
             "name it with --label-field NAME (or -o NAME.label=FIELD)")
-    spark = spark or get_session()
+    spark = session_or_default(spark)
     timer = Timer()
     keyed = Derived(key_columns(options))
-    test_frame = read_source(spark, test, 0, keep_raw=True, derived=keyed)
-    formats = [fmt for fmt, _ in test_frame.parts]
-    if len(formats) != 1:
-        raise LeakcheckError(errors.USAGE, f"the test source {test.label} mixes formats "
-                             f"({', '.join(formats)})", "give clean a test source of one format")
-    frames = [test_frame] + [read_source(spark, s, i + 1, derived=keyed)
-                             for i, s in enumerate(against)]
-    blocks = scan(spark, frames, options)
-    test_rows = number_rows(spark, test_frame, blocks, extra=("raw", "originals"))
-    others = None
-    for frame in frames[1:]:
-        df = number_rows(spark, frame, blocks)
-        others = df if others is None else others.unionByName(df)
-    timer.lap("read", f"read {len(frames)} sources")
-    near, near_cached = None, []
-    if options.near:
-        everything = test_rows.select(*RECORD_COLUMNS, "key", "unit")
-        if others is not None:
-            everything = everything.unionByName(others.select(*RECORD_COLUMNS, "key", "unit"))
-        near, near_cached = unit_match_edges(everything, options)
-        timer.lap("near", near_progress(near_cached[0], options))
-    decided = decide(test_rows, others, dedup, drop_conflicts, near)
-    decided = decided.persist(StorageLevel.MEMORY_AND_DISK)
-    counts = {r: 0 for r in REASONS}
-    total = 0
-    for r in decided.groupBy("reason").count().collect():
-        total += r["count"]
-        if r.reason is not None:
-            counts[r.reason] = r["count"]
+    # Everything cached on the way is released if the clean fails (a bad row of an --against
+    # source, a failed near stage): in a long-lived session nothing else could release it.
+    frames, near_cached, decided = [], [], None
+    try:
+        test_frame = read_source(spark, test, 0, keep_raw=True, derived=keyed)
+        frames.append(test_frame)
+        formats = [fmt for fmt, _ in test_frame.parts]
+        if len(formats) != 1:
+            raise LeakcheckError(errors.USAGE, f"the test source {test.label} mixes formats "
+                                 f"({', '.join(formats)})",
+                                 "give clean a test source of one format")
+        for i, s in enumerate(against):
+            frames.append(read_source(spark, s, i + 1, derived=keyed))
+        blocks = scan(spark, frames, options)
+        test_rows = number_rows(spark, test_frame, blocks, extra=("raw", "originals"))
+        others = None
+        for frame in frames[1:]:
+            df = number_rows(spark, frame, blocks)
+            others = df if others is None else others.unionByName(df)
+        timer.lap("read", f"read {len(frames)} sources")
+        near = None
+        if options.near:
+            everything = test_rows.select(*RECORD_COLUMNS, "key", "unit")
+            if others is not None:
+                everything = everything.unionByName(
+                    others.select(*RECORD_COLUMNS, "key", "unit"))
+            near, near_cached = unit_match_edges(everything, options)
+            timer.lap("near", near_progress(near_cached[0], options))
+        decided = decide(test_rows, others, dedup, drop_conflicts, near)
+        decided = decided.persist(StorageLevel.MEMORY_AND_DISK)
+        counts = {r: 0 for r in REASONS}
+        total = 0
+        for r in decided.groupBy("reason").count().collect():
+            total += r["count"]
+            if r.reason is not None:
+                counts[r.reason] = r["count"]
+    except BaseException:
+        for df in [*(part for frame in frames for _, part in frame.parts), *near_cached,
+                   *([decided] if decided is not None else [])]:
+            df.unpersist()
+        raise
     dropped = sum(counts.values())
     counts = {"kept": total - dropped, "dropped": dropped, **counts}
     timer.lap("decide", f"clean {test.label}: kept {counts['kept']:,}, dropped {dropped:,}")
@@ -175,7 +198,7 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
                all(s.name in blocks.int_datasets for s in against))
     return CleanResult(test, options, formats[0], decided,
                        test_frame.original_columns.get(formats[0], []), counts, int_ids,
-                       timer.timings)
+                       timer.timings, _cached=[decided, *(part for _, part in test_frame.parts)])
 
 
 def decide(test: DataFrame, against: DataFrame | None, dedup: bool,

@@ -420,6 +420,7 @@ def _run(args: argparse.Namespace) -> int:
                                **result.counts})
     line = f"{sources[0].label}: {result.summary()} -> {args.out}"
     print(line, file=sys.stderr if args.json == "-" else sys.stdout)
+    result.unpersist()
     return 0
 
 

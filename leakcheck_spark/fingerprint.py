@@ -161,17 +161,18 @@ def fingerprint_sources(sources: Sequence[Source], by: str = "group",
         LeakcheckError: on bad input (SPEC section 9).
     """
     from leakcheck_spark.errors import USAGE, LeakcheckError
-    from leakcheck_spark.options import Options
-    from leakcheck_spark.session import get_session
+    from leakcheck_spark.options import Options, as_sources
+    from leakcheck_spark.session import session_or_default
     from leakcheck_spark.sources import Derived, read_records
 
     if by not in ("group", "dataset"):
         raise LeakcheckError(USAGE, f"--by must be group or dataset, not {by!r}")
     from leakcheck_spark.audit import Timer
 
-    spark = spark or get_session()
+    sources = as_sources(sources)
+    spark = session_or_default(spark)
     timer = Timer()
-    records, frames, _ = read_records(spark, list(sources), Options(),
+    records, frames, _ = read_records(spark, sources, Options(),
                                       derived=Derived((FP_COLUMN,)))
     try:
         prints = fingerprints(records, by)

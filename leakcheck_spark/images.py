@@ -36,9 +36,9 @@ from leakcheck_spark.audit import Timer, _sample, group_stats, log, matrices, sp
 from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import _pair_steps, _whole_buckets, bucket_partners
-from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source
+from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source, as_sources
 from leakcheck_spark.paths import is_local, local_path, spark_uri
-from leakcheck_spark.resplit import DEFAULT_PRIORITY, reassign
+from leakcheck_spark.resplit import DEFAULT_PRIORITY, check_priority, reassign
 from leakcheck_spark.session import session_conf
 from leakcheck_spark.sources import TABLE_PREFIX, read_csv
 
@@ -426,9 +426,9 @@ class ImagesResult:
         """The leak-free split assignment: RESPLIT_COLUMNS plus `_order` (read order)."""
         import pyspark.sql.functions as F
 
-        return reassign(self.images, priority).select(F.col("id").alias("path"), "split",
-                                                      "original_split", "group_id",
-                                                      "reassigned", "_order")
+        return reassign(self.images, check_priority(priority)).select(
+            F.col("id").alias("path"), "split", "original_split", "group_id", "reassigned",
+            "_order")
 
     @spark_action
     def write(self, out_dir: str) -> None:
@@ -469,9 +469,12 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     from pyspark import StorageLevel
     from pyspark.sql import Window
 
-    from leakcheck_spark.session import get_session
+    from leakcheck_spark.session import session_or_default
 
     options = options or ImageOptions()
+    if not isinstance(options, ImageOptions):
+        raise LeakcheckError(errors.USAGE, f"options must be an ImageOptions, not {options!r}",
+                             "build them as leakcheck_spark.images.ImageOptions(threshold=...)")
     try:
         import imagehash  # noqa: F401
         from PIL import Image  # noqa: F401
@@ -479,8 +482,8 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
         raise LeakcheckError(errors.USAGE, f"images needs the optional {exc.name!r} package, "
                              "which is not installed",
                              "pip install 'leakcheck-spark[images]'") from None
-    spark = spark or get_session()
-    sources = list(sources)
+    sources = as_sources(sources)
+    spark = session_or_default(spark)
     if not sources:
         raise LeakcheckError(errors.USAGE, "no datasets given", "add -d NAME[:SPLIT]=SOURCE")
     for src in sources:

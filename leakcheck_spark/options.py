@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import os
 from dataclasses import dataclass
+from typing import Iterable
 
 from leakcheck_spark.errors import USAGE, LeakcheckError
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
@@ -47,6 +50,21 @@ class Source:
     def __post_init__(self) -> None:
         from leakcheck_spark.errors import BAD_SPEC
 
+        # A pathlib.Path is what a Python user naturally passes; everything downstream (listing,
+        # Hadoop URIs, messages) works on the string, so keep that.
+        if isinstance(self.path, os.PathLike):
+            object.__setattr__(self, "path", os.fspath(self.path))
+        for attr in ("name", "path", "split", "text_field", "label_field", "split_field",
+                     "id_field", "config", "hf_split"):
+            value = getattr(self, attr)
+            if not (isinstance(value, str) or (value is None and attr not in ("name", "path"))):
+                expected = "a string" if attr in ("name", "path") else "a string or None"
+                raise LeakcheckError(
+                    BAD_SPEC, f"Source {attr} {value!r} is not valid: expected {expected}"
+                    + (" or a path" if attr == "path" else ""), f"fix Source({attr}=...)")
+        if not isinstance(self.noleak, bool):
+            raise LeakcheckError(BAD_SPEC, f"Source noleak {self.noleak!r} is not valid: "
+                                 "expected True or False", "fix Source(noleak=...)")
         for what, value in (("dataset name", self.name), ("split", self.split)):
             if value is not None and (not value or "/" in value):
                 raise LeakcheckError(
@@ -90,6 +108,21 @@ class Options:
             return LeakcheckError(USAGE, f"{flag} {value!r} is not valid: expected {expected}",
                                   f"fix {flag}")
 
+        # Types first: a string threshold would fail on the comparison below with a TypeError,
+        # a float shingle or num_perm deep inside a Python worker, and near="no" is truthy.
+        if not isinstance(self.near, bool):
+            raise bad("--near", self.near, "True or False")
+        for flag, attr in (("--shingle", "shingle"), ("--num-perm", "num_perm"),
+                           ("--max-rows", "max_rows"), ("--max-chars", "max_chars")):
+            value = getattr(self, attr)
+            if value is None and attr == "max_chars":
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise bad(flag, value, "an integer" + (" or None" if attr == "max_chars" else ""))
+            object.__setattr__(self, attr, int(value))
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, numbers.Real):
+            raise bad("--threshold", self.threshold, "a number in (0, 1]")
+        object.__setattr__(self, "threshold", float(self.threshold))
         if self.normalizer not in NORMALIZERS:
             raise bad("--normalizer", self.normalizer, " | ".join(NORMALIZERS))
         if self.lang not in LANGS:
@@ -110,3 +143,36 @@ class Options:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def as_sources(sources: Source | Iterable[Source], what: str = "sources") -> list[Source]:
+    """The library's `sources` argument as a list: one Source, or any iterable of them.
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): anything else (a path string, a dict, ...), named.
+    """
+    if isinstance(sources, Source):
+        return [sources]
+    if isinstance(sources, (str, bytes, os.PathLike)) or not isinstance(sources, Iterable):
+        items = [sources]
+    else:
+        items = list(sources)
+    for item in items:
+        if not isinstance(item, Source):
+            raise LeakcheckError(USAGE, f"{what} must be Source objects, not {item!r}",
+                                 "describe each dataset as leakcheck_spark.Source(name, path, ...)")
+    return items
+
+
+def as_options(options: Options | None) -> Options:
+    """The library's `options` argument: None means the defaults.
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): anything but an Options (a dict of them, say).
+    """
+    if options is None:
+        return Options()
+    if not isinstance(options, Options):
+        raise LeakcheckError(USAGE, f"options must be a leakcheck_spark.Options, not {options!r}",
+                             "build them as leakcheck_spark.Options(normalizer=..., near=...)")
+    return options

@@ -102,11 +102,27 @@ def write_json_file(spark: SparkSession, path: str, obj: object) -> None:
     write_text_file(spark, path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
+def check_format(fmt: object) -> str:
+    """A ``write(..., fmt=...)`` argument: one of the list formats.
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): any other value (which would otherwise be written as
+            Parquet while the caller asked for something else).
+    """
+    from leakcheck_spark.options import FORMATS
+
+    if fmt not in FORMATS:
+        raise LeakcheckError(errors.USAGE, f"format {fmt!r} is not valid: expected "
+                             + " | ".join(FORMATS), "fix the fmt argument (or --format)")
+    return fmt
+
+
 def write_table(df: DataFrame, path: str, fmt: str) -> None:
     """Write a result DataFrame as a directory of part files in `fmt` (parquet|csv|json).
 
     CSV has no arrays or structs, so those columns are written as JSON text.
     """
+    check_format(fmt)
     if fmt == "csv":
         df = csv_columns(df)
     writer = df.write.mode("error")
@@ -153,6 +169,7 @@ def write_rows(df: DataFrame, path: str, fmt: str, order: Sequence[str],
     names a format (:data:`SINGLE_FILE`), else a directory of part files in `fmt`."""
     single = single_file_format(path)
     if single is None:
+        check_format(fmt)  # before staging creates any directory
         with staged(df.sparkSession, path) as tmp:
             write_table(df.orderBy(*order).select(*columns), tmp, fmt)
         return

@@ -23,7 +23,7 @@ from leakcheck_spark.audit import Timer, keyed, log, spark_action
 from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import near_edges, near_progress
-from leakcheck_spark.options import Options, Source
+from leakcheck_spark.options import Options, Source, as_options, as_sources
 from leakcheck_spark.sources import read_records
 
 if TYPE_CHECKING:
@@ -45,6 +45,27 @@ def parse_priority(text: str) -> tuple[str, ...]:
         raise LeakcheckError(errors.USAGE, f"bad --priority {text!r}",
                              "give split names, highest priority first, once each: "
                              "--priority train,val,test")
+    return names
+
+
+def check_priority(priority: str | Sequence[str]) -> tuple[str, ...]:
+    """The library's `priority` argument: split names, highest first, each once; a string is
+    read as ``--priority`` is (``"train,val,test"``), not as a sequence of characters.
+
+    >>> check_priority("train, test"), check_priority(["test", "train"])
+    (('train', 'test'), ('test', 'train'))
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): an empty, repeated or non-string name.
+    """
+    if isinstance(priority, str):
+        return parse_priority(priority)
+    names = tuple(priority) if isinstance(priority, (list, tuple)) else None
+    if (not names or not all(isinstance(n, str) and n.strip() == n and n and "," not in n
+                             for n in names) or len(set(names)) != len(names)):
+        raise LeakcheckError(errors.USAGE, f"bad priority {priority!r}",
+                             "give split names, highest priority first, once each: "
+                             "priority=('train', 'val', 'test')")
     return names
 
 
@@ -114,11 +135,12 @@ def resplit(sources: Sequence[Source], options: Options | None = None,
     import pyspark.sql.functions as F
     from pyspark import StorageLevel
 
-    from leakcheck_spark.session import get_session
+    from leakcheck_spark.session import session_or_default
 
-    options = options or Options()
-    spark = spark or get_session()
-    sources, priority = list(sources), tuple(priority)
+    sources = as_sources(sources)
+    options = as_options(options)
+    priority = check_priority(priority)
+    spark = session_or_default(spark)
     timer = Timer()
     records, frames, blocks = read_records(spark, sources, options,
                                            derived=keyed(options, fingerprint=False))

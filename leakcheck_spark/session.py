@@ -134,6 +134,23 @@ def get_session(
     return session
 
 
+def session_or_default(spark: object) -> SparkSession:
+    """The library's `spark` argument: None gets the active session or builds one
+    (:func:`get_session`); a session (classic or Spark Connect) is used as it is.
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): anything else (a master URL string, say).
+    """
+    if spark is None:
+        return get_session()
+    # Duck-typed: a Spark Connect session is not a subclass of the classic SparkSession.
+    if not all(hasattr(spark, attr) for attr in ("read", "createDataFrame", "conf")):
+        raise LeakcheckError(errors.USAGE, f"spark must be a SparkSession or None, not {spark!r}",
+                             "pass spark=None to use the active session (or start a local one), "
+                             "or a session of yours")
+    return spark
+
+
 # The masters Spark can start from this process (spark-submit refuses any other scheme, with a
 # JVM stack trace on the terminal; SparkContext parses the local forms).
 _MASTER = re.compile(r"local|local\[(?:\*|[1-9]\d*)(?:\s*,\s*\d+)?\]"

@@ -836,12 +836,22 @@ def read_records(spark: SparkSession, sources: list[Source], opts: Options,
     """Read and check every source; return all records as one DataFrame (RECORD_COLUMNS, plus
     `key`, `unit` and `fp` when `derived` adds them)."""
     _check_names(sources)
-    frames = [read_source(spark, src, i, derived=derived) for i, src in enumerate(sources)]
-    blocks = scan(spark, frames, opts)
-    records = None
-    for frame in frames:
-        df = number_rows(spark, frame, blocks)
-        records = df if records is None else records.unionByName(df)
+    frames: list[SourceFrame] = []
+    try:
+        for i, src in enumerate(sources):
+            frames.append(read_source(spark, src, i, derived=derived))
+        blocks = scan(spark, frames, opts)
+        records = None
+        for frame in frames:
+            df = number_rows(spark, frame, blocks)
+            records = df if records is None else records.unionByName(df)
+    except BaseException:
+        # A bad row or a missing file of a later source: the sources read so far are cached,
+        # and the caller never gets the frames to release them (a notebook session would keep
+        # them until it ends).
+        for frame in frames:
+            frame.unpersist()
+        raise
     return records, frames, blocks
 
 

@@ -1,0 +1,175 @@
+"""The library API as a notebook user calls it: argument checks, and what a call leaves behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from chispa import assert_df_equality
+from conftest import write_jsonl
+
+import leakcheck_spark as L
+from leakcheck_spark.errors import BAD_SPEC, USAGE
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"threshold": "0.8"}, {"threshold": None}, {"threshold": True},
+    {"num_perm": 128.5}, {"num_perm": "128"}, {"shingle": 2.5}, {"shingle": True},
+    {"max_chars": 10.5}, {"max_chars": "10"}, {"max_rows": None}, {"max_rows": 2.5},
+    {"near": "no"}, {"near": 1}, {"near": None},
+])
+def test_options_refuse_values_of_the_wrong_type(kwargs):
+    # Before: a TypeError from a comparison, a float accepted and failing later inside a Python
+    # worker, or near="no" (truthy) silently switching near matching on.
+    with pytest.raises(L.LeakcheckError) as info:
+        L.Options(**kwargs)
+    assert info.value.code == USAGE
+    assert repr(next(iter(kwargs.values()))) in info.value.message
+
+
+def test_options_take_numpy_numbers_as_plain_ones():
+    opts = L.Options(threshold=np.float32(0.5), shingle=np.int64(3), num_perm=np.int32(64),
+                     max_chars=np.int64(100), max_rows=np.int64(0), near=True)
+    assert opts.to_dict() == {"normalizer": "whitespace", "lang": "c", "max_chars": 100,
+                              "near": True, "threshold": 0.5, "shingle": 3, "num_perm": 64,
+                              "max_rows": 0, "format": "parquet"}
+    assert [type(v) for v in (opts.threshold, opts.shingle, opts.num_perm)] == [float, int, int]
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"name": None, "path": "a.jsonl"}, {"name": "a", "path": 123},
+    {"name": "a", "path": "a.jsonl", "text_field": 5},
+    {"name": "a", "path": "a.jsonl", "split": ["train"]},
+])
+def test_sources_refuse_values_of_the_wrong_type(kwargs):
+    with pytest.raises(L.LeakcheckError) as info:
+        L.Source(**kwargs)
+    assert info.value.code == BAD_SPEC
+
+
+@pytest.fixture
+def two(tmp_path):
+    write_jsonl(tmp_path / "train.jsonl", [{"func": "int f(){return 1;}", "label": 0},
+                                           {"func": "int g(){return 2;}", "label": 0}])
+    write_jsonl(tmp_path / "test.jsonl", [{"func": "int f() { return 1; }", "label": 1},
+                                          {"func": "int h(){return 3;}", "label": 0}])
+    return (L.Source("d", str(tmp_path / "train.jsonl"), split="train", text_field="func",
+                     label_field="label"),
+            L.Source("d", str(tmp_path / "test.jsonl"), split="test", text_field="func",
+                     label_field="label"))
+
+
+def test_a_source_path_may_be_a_pathlib_path(spark, two):
+    # Before: AttributeError: 'PosixPath' object has no attribute 'startswith'.
+    train, test = two
+    as_path = L.Source("d", Path(train.path), split="train", text_field="func")
+    assert as_path.path == train.path
+    res = L.audit([as_path, test], spark=spark)
+    assert res.split_matrix["d/test"]["d/train"] == {"count": 1, "fraction": 0.5}
+    res.unpersist()
+
+
+@pytest.mark.parametrize("call", [
+    lambda spark, train, test: L.audit(train.path, spark=spark),
+    lambda spark, train, test: L.audit([train, train.path], spark=spark),
+    lambda spark, train, test: L.audit([train, test], {"near": True}, spark=spark),
+    lambda spark, train, test: L.audit([train, test], spark="local[2]"),
+    lambda spark, train, test: L.clean([test], [train], spark=spark),
+    lambda spark, train, test: L.clean(test, [{"path": train.path}], spark=spark),
+    lambda spark, train, test: L.resplit([train, test], priority="", spark=spark),
+    lambda spark, train, test: L.resplit([train, test], priority=("train", "train"),
+                                         spark=spark),
+    lambda spark, train, test: L.resplit([train, test], priority=["train", 5], spark=spark),
+    lambda spark, train, test: L.check([train], 42, spark=spark),
+    lambda spark, train, test: L.fingerprint_sources([train, "x.jsonl"], spark=spark),
+])
+def test_arguments_of_the_wrong_kind_are_usage_errors(spark, two, call):
+    # Before: AttributeError / TypeError from deep inside, or (priority) a silent wrong answer.
+    with pytest.raises(L.LeakcheckError) as info:
+        call(spark, *two)
+    assert info.value.code == USAGE
+
+
+def test_one_source_for_a_list_of_them(spark, two):
+    train, test = two
+    one, listed = L.clean(test, train, spark=spark), L.clean(test, [train], spark=spark)
+    assert one.counts == listed.counts == {"kept": 1, "dropped": 1, "against": 1,
+                                           "duplicate": 0, "conflict": 0}
+    one.unpersist()
+    listed.unpersist()
+
+
+def test_resplit_priority_as_a_string_is_read_like_the_flag(spark, two):
+    # Before: tuple("train,test") was its characters, none a split, so every split ranked
+    # alphabetically and the shared record moved to test instead of train.
+    by_string = L.resplit(list(two), priority="train,test", spark=spark)
+    by_tuple = L.resplit(list(two), priority=("train", "test"), spark=spark)
+    assert by_string.priority == ("train", "test")
+    assert by_string.summary["moved"] == [{"from": "test", "to": "train", "records": 1}]
+    assert_df_equality(by_string.assignment, by_tuple.assignment, ignore_row_order=True)
+    by_string.unpersist()
+    by_tuple.unpersist()
+
+
+def _cached_ids(spark) -> set:
+    return set(spark.sparkContext._jsc.getPersistentRDDs().keySet())
+
+
+def test_a_failed_call_leaves_nothing_cached(spark, two, tmp_path):
+    # Before: the sources read before the bad row stayed persisted (nothing could release
+    # them but spark.catalog.clearCache(), which drops the user's own caches too).
+    train, test = two
+    write_jsonl(tmp_path / "bad.jsonl", [{"code": "x"}])
+    bad = L.Source("b", str(tmp_path / "bad.jsonl"), split="test", text_field="func")
+    before = _cached_ids(spark)
+    for call in (lambda: L.audit([train, test, bad], spark=spark),
+                 lambda: L.audit([train, test, bad], L.Options(near=True), spark=spark),
+                 lambda: L.clean(test, [train, bad], spark=spark),
+                 lambda: L.resplit([train, bad], spark=spark),
+                 lambda: L.check([train], bad, n=3, spark=spark),
+                 lambda: L.fingerprint_sources([train, bad], spark=spark)):
+        with pytest.raises(L.LeakcheckError):
+            call()
+        assert _cached_ids(spark) == before
+
+
+def test_clean_releases_what_it_cached(spark, two, tmp_path):
+    # Before: CleanResult had no unpersist(): the test rows and the decisions of every clean
+    # stayed cached for the rest of the session.
+    train, test = two
+    before = _cached_ids(spark)
+    res = L.clean(test, [train], L.Options(near=True), dedup=True, drop_conflicts=True,
+                  spark=spark)
+    res.write(str(tmp_path / "kept.jsonl"))
+    res.unpersist()
+    assert _cached_ids(spark) == before
+    # Still usable, recomputed.
+    assert (tmp_path / "kept.jsonl").read_text() == '{"func": "int h(){return 3;}", "label": 0}\n'
+    assert [r.id for r in res.kept.collect()] == [1]
+
+
+def test_write_refuses_an_unknown_format_and_reports_the_one_used(spark, two, tmp_path):
+    # Before: write(dir, fmt="xml") wrote Parquet without a word, and write(dir, fmt="csv")
+    # wrote CSV lists beside a report.json whose options said "parquet".
+    res = L.audit(list(two), spark=spark)
+    rs = L.resplit(list(two), spark=spark)
+    for write in (lambda: res.write(str(tmp_path / "r"), fmt="xml"),
+                  lambda: rs.write(str(tmp_path / "r"), fmt="CSV")):
+        with pytest.raises(L.LeakcheckError) as info:
+            write()
+        assert info.value.code == USAGE
+        assert not (tmp_path / "r").exists()
+    res.write(str(tmp_path / "r"), fmt="csv")
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["options"]["format"] == "csv"
+    assert res.options.format == "parquet"
+    overlaps = spark.read.option("header", True).csv(str(tmp_path / "r" / "overlaps"))
+    assert_df_equality(overlaps, spark.createDataFrame(
+        [("d/test", "2", "d/train", "[0]", "exact", "1.0"),     # ids: rows of dataset d
+         ("d/train", "0", "d/test", "[2]", "exact", "1.0")],
+        "from string, id string, to string, match_ids string, match string, "
+        "similarity string"), ignore_row_order=True)
+    res.unpersist()
+    rs.unpersist()
