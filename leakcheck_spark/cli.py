@@ -8,7 +8,9 @@ The only module that prints and chooses exit codes: 0 success, 1 a requested fai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import json
 import logging
 import os
@@ -358,8 +360,20 @@ def run(args: argparse.Namespace) -> int:
     again and puts back what it replaced."""
     from leakcheck_spark import outputs
 
-    with outputs.all_or_nothing():
-        return _run(args)
+    # What goes to stdout (the report, `--json -`) is held until the outputs are in place: a
+    # reader that stops early (`leakcheck-spark audit ... | head`) must not undo a finished run.
+    held = io.StringIO()
+    with outputs.all_or_nothing(), contextlib.redirect_stdout(held):
+        code = _run(args)
+    try:
+        sys.stdout.write(held.getvalue())
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away; what it did not read is not an error of the run.  Point stdout
+        # at /dev/null so that the interpreter's final flush does not fail again.
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return code
 
 
 def _run(args: argparse.Namespace) -> int:

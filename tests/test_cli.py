@@ -69,6 +69,31 @@ def test_audit_terminal_summary_and_csv_format(cli, data):
     assert rows[0] == "from,id,to,match_ids,match,similarity"
 
 
+class _ClosedPipe:
+    """A stdout whose reader has gone away, as under `leakcheck-spark audit ... | head`."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_reader_that_stops_early_leaves_the_finished_outputs_and_the_exit_code(
+        spark, data, monkeypatch, capsys):
+    from leakcheck_spark.cli import main
+
+    out = data / "report"
+    monkeypatch.setattr("sys.stdout", _ClosedPipe())
+    code = main(["audit", "-d", f"p:train={data / 'train.jsonl'}", "-d",
+                 f"p:test={data / 'test.jsonl'}", "--text-field", "func", "--out-dir", str(out),
+                 "--fail-on-overlap"])
+    assert code == 1, capsys.readouterr().err
+    assert json.loads((out / "report.json").read_text())["split_matrix"]["p/test"]["p/train"][
+        "count"] == 1
+    assert "error" not in capsys.readouterr().err
+
+
 def test_quiet_silences_progress(cli, data):
     code, _, stderr = cli("audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func",
                           "--quiet")
