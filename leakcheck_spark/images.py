@@ -40,7 +40,7 @@ from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source, as_sources
 from leakcheck_spark.paths import is_local, local_path, spark_uri
 from leakcheck_spark.resplit import DEFAULT_PRIORITY, check_priority, reassign
 from leakcheck_spark.session import session_conf
-from leakcheck_spark.sources import TABLE_PREFIX, read_csv
+from leakcheck_spark.sources import BAD_SPLIT_HINT, TABLE_PREFIX, read_csv
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -506,9 +506,20 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     # Every column of a row: a table may list one id in several splits (rows equal in all of
     # them are interchangeable), and ties in a sort follow the order shuffle blocks arrive in.
     imgs = positions(hashes, ("_src", "id", "split", "hash", "error")).persist(level)
-    per_source = {r._src: r["count"] for r in imgs.groupBy("_src").count().collect()}
+    # With the counts, each source's first split value that cannot name a group (from a split
+    # column: -d NAME:SPLIT values were checked by Source).
+    valid = (F.col("split") != "") & ~F.col("split").contains("/")
+    stats = imgs.groupBy("_src").agg(F.count(F.lit(1)).alias("n"),
+                                     F.min(F.when(~valid, F.col("split"))).alias("bad")).collect()
+    per_source = {r._src: r.n for r in stats}
     hashes.unpersist()
     total = sum(per_source.values())
+    for r in sorted(stats, key=lambda r: r._src):
+        if r.bad is not None:
+            imgs.unpersist()
+            src = sources[r._src]
+            raise LeakcheckError(errors.BAD_VALUE, f"split field {src.split_field!r} of "
+                                 f"{src.label} holds {r.bad!r}, not a valid split", BAD_SPLIT_HINT)
     for i, src in enumerate(sources):
         if not per_source.get(i):
             imgs.unpersist()

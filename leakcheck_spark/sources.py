@@ -262,7 +262,30 @@ def parse_object(obj: object, src: Source) -> tuple:
         has_split = src.split_field in obj
         if value is not None:
             split = value if isinstance(value, str) else json.dumps(value)
+            if not valid_split(split):
+                return _row_error(errors.BAD_VALUE, bad_split_message(src, repr(split)),
+                                  BAD_SPLIT_HINT)
     return (split, ident, id_int, text, label, canon, has_label, has_split, None)
+
+
+# A split from the data must be one -d NAME:SPLIT=... would accept: the group is "NAME/SPLIT", and
+# a '/' in it (or nothing after it) makes a group name that reads as something else.
+BAD_SPLIT_HINT = ("a split is non-empty and has no '/' (the group is NAME/SPLIT), as in "
+                  "-d NAME:SPLIT=SOURCE; fix the split column, or give the split with -d")
+
+
+def valid_split(split: str) -> bool:
+    """True for a split value that can name a group (as `Source` checks `-d NAME:SPLIT`).
+
+    >>> valid_split("train"), valid_split(""), valid_split("a/b")
+    (True, False, False)
+    """
+    return bool(split) and "/" not in split
+
+
+def bad_split_message(src: Source, quoted: str) -> str:
+    """A row error's message for a bad split value (`quoted`); ``{where}`` comes before it."""
+    return f"split field {src.split_field!r} in {{where}} is {quoted}, not a valid split"
 
 
 def noleak_text(obj: object, field: str | None) -> object:
@@ -296,8 +319,9 @@ def record_text(obj: object) -> str:
     return str(obj)
 
 
-def _row_error(code: str, message: str) -> tuple:
-    return (None, None, False, None, None, None, False, False, encode_row_error(code, message))
+def _row_error(code: str, message: str, hint: str | None = None) -> tuple:
+    return (None, None, False, None, None, None, False, False,
+            encode_row_error(code, message, hint))
 
 
 def _fields(obj: object) -> str:
@@ -593,6 +617,13 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         split, has_split = F.col("_lc_split"), F.lit(True)
     elif src.split_field and src.split is None:
         split, has_split = col(src.split_field).cast("string"), F.lit(True)
+        # The value quoted as parse_object's repr() does it (the same for a value without
+        # quotes or backslashes; the check itself is exact).
+        prefix, suffix = encode_row_error(errors.BAD_VALUE, bad_split_message(src, "\0"),
+                                          BAD_SPLIT_HINT).split("\0")
+        bad_split = F.when((split == "") | split.contains("/"),
+                           F.concat(F.lit(prefix + "'"), split, F.lit("'" + suffix)))
+        err = F.coalesce(err, bad_split)
     else:
         split, has_split = null_str, F.lit(False)
     return df.select(
@@ -739,8 +770,10 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
             file = errors.display_path(b._lc_file)
             number = line - 1 if b.fmt == "json" else line  # list elements count from 0
             where = f"{_UNIT[b.fmt]} {number} of {file}"
+            # Once each: a message may go on to quote a value from the data, which is left alone.
             raise LeakcheckError(
-                err.code, err.message.replace("{where}", where).replace("{file}", file))
+                err.code, err.message.replace("{where}", where, 1).replace("{file}", file, 1),
+                err.hint)
         _check_parquet_text_column(spark, src, blocks)
         total = min(src_rows, cap) if cap else src_rows
         if total == 0:

@@ -236,3 +236,17 @@ def test_a_csv_row_with_more_or_fewer_values_than_the_header_is_bad_format(cli, 
         assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read "
                                           f"{tmp_path / 'r.csv'}: "), err
         assert "Malformed CSV record: b" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_split_value_that_cannot_name_a_group_is_a_bad_value(cli, tmp_path):
+    # -d x:a/b=... and -d x:=... are refused; the same splits from a split column made the groups
+    # "x/a/b" and "x/" (read back as dataset x, split a, ...).
+    write_jsonl(tmp_path / "s.jsonl", [{"t": "alpha", "s": "train"}, {"t": "beta", "s": "a/b"}])
+    pq.write_table(pa.table({"t": ["alpha", "beta"], "s": ["train", ""]}), tmp_path / "s.parquet")
+    for name, where, value in (("s.jsonl", "line 2", "'a/b'"), ("s.parquet", "row 2", "''")):
+        rc, _, err = cli("audit", "-d", f"x={tmp_path / name}", "--text-field", "t",
+                         "--split-field", "s", "--quiet")
+        assert rc == 2 and err.startswith(
+            f"leakcheck-spark: error [LC_E_BAD_VALUE]: split field 's' in {where} of "
+            f"{tmp_path / name} is {value}, not a valid split (hint: a split is non-empty and "
+            "has no '/'"), err
