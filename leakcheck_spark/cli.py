@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Sequence
 from leakcheck_spark import __version__, errors
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
-from leakcheck_spark.options import FORMATS, MAX_LENGTH, MAX_NUM_PERM, Options, Source
+from leakcheck_spark.options import (
+    FORMATS,
+    MAX_LENGTH,
+    MAX_NUM_PERM,
+    Options,
+    Source,
+    check_sources,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -377,6 +384,7 @@ def _run(args: argparse.Namespace) -> int:
             raise LeakcheckError(errors.USAGE,
                                  f"{args.command} needs at least one -d NAME[:SPLIT]=SOURCE")
         sources = apply_overrides([parse_source(d, args) for d in args.datasets], args.overrides)
+        check_sources(sources)
         if args.command == "resplit":
             from leakcheck_spark.resplit import parse_priority
 
@@ -384,6 +392,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         specs = [args.test, *args.against]
         sources = apply_overrides([parse_source(d, args) for d in specs], args.overrides)
+        check_sources(sources, splits=False)
     check_outputs(args, [s.path for s in sources],
                   in_place=sources[0].path if args.command == "clean" else None)
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
@@ -435,6 +444,7 @@ def run_fingerprint(args: argparse.Namespace) -> int:
     # Without a text field, records are read as noleak reads them, so that the fingerprint of a
     # file equals `noleak fingerprint FILE`'s.
     sources = [s if s.text_field else dataclasses.replace(s, noleak=True) for s in sources]
+    check_sources(sources)
     check_outputs(args, [s.path for s in sources])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
@@ -482,6 +492,7 @@ def run_images(args: argparse.Namespace) -> int:
     if not args.datasets:
         raise LeakcheckError(errors.USAGE, "images needs at least one -d NAME[:SPLIT]=SOURCE")
     sources = apply_overrides([parse_source(d, args) for d in args.datasets], args.overrides)
+    check_sources(sources)
     options = ImageOptions(threshold=args.threshold, path_field=args.path_field,
                            bytes_field=args.bytes_field, format=args.format)
     priority = parse_priority(args.priority)

@@ -36,7 +36,7 @@ from leakcheck_spark.audit import Timer, _sample, group_stats, log, matrices, sp
 from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import _pair_steps, _whole_buckets, bucket_partners
-from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source, as_sources
+from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source, as_sources, check_sources
 from leakcheck_spark.paths import is_local, local_path, spark_uri
 from leakcheck_spark.resplit import DEFAULT_PRIORITY, check_priority, reassign
 from leakcheck_spark.session import session_conf
@@ -483,6 +483,7 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
                              "which is not installed",
                              "pip install 'leakcheck-spark[images]'") from None
     sources = as_sources(sources)
+    check_sources(sources)
     spark = session_or_default(spark)
     if not sources:
         raise LeakcheckError(errors.USAGE, "no datasets given", "add -d NAME[:SPLIT]=SOURCE")
