@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from leakcheck_spark import __version__, errors
 from leakcheck_spark.errors import LeakcheckError
+from leakcheck_spark.hf import PREFIX as HF_PREFIX
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
 from leakcheck_spark.options import (
     FORMATS,
@@ -252,7 +253,22 @@ def apply_overrides(sources: list[Source], overrides: Sequence[str]) -> list[Sou
         if name not in names:
             raise LeakcheckError(errors.BAD_SPEC, f"-o {item} names dataset {name!r}, which was "
                                  "not given", f"datasets given: {', '.join(sorted(names))}")
-        sources = [dataclasses.replace(s, **{fields[key]: value or None}) if s.name == name else s
+        of_name = [s for s in sources if s.name == name]
+        # An override that no source of the dataset uses would be ignored, silently.
+        if value and key in ("config", "hf_split"):
+            of_name = [s for s in of_name if s.path.startswith(HF_PREFIX)]
+            if not of_name:
+                raise LeakcheckError(
+                    errors.USAGE, f"-o {item}: {key} is for Hugging Face sources (hf:ORG/NAME), "
+                    f"and no source of {name!r} is one", f"drop -o {target}=")
+        if value and key == "split" and all(s.split or s.path.startswith(HF_PREFIX)
+                                            for s in of_name):
+            raise LeakcheckError(
+                errors.USAGE, f"-o {item}: no source of {name!r} reads a split column: each "
+                f"gives its split (-d {name}:SPLIT=...) or is a Hugging Face dataset, whose splits "
+                "are its own", f"drop -o {target}=, or give a file source as -d {name}=SOURCE to "
+                "take its splits from the column")
+        sources = [dataclasses.replace(s, **{fields[key]: value or None}) if s in of_name else s
                    for s in sources]
     return sources
 

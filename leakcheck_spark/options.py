@@ -74,6 +74,12 @@ class Source:
                 )
         if not self.path:
             raise LeakcheckError(BAD_SPEC, f"dataset {self.name!r} has an empty SOURCE")
+        # They pick from a Hugging Face dataset; on any other source they would be ignored.
+        for attr in ("config", "hf_split"):
+            if getattr(self, attr) and not self.path.startswith("hf:"):
+                raise LeakcheckError(
+                    USAGE, f"{attr} {getattr(self, attr)!r} given for {self.label}, which is not a "
+                    "Hugging Face source (hf:ORG/NAME)", f"leave out Source({attr}=...)")
 
     @property
     def label(self) -> str:

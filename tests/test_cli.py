@@ -597,6 +597,13 @@ def test_an_output_of_the_other_kind_is_refused_not_replaced(cli, data):
     (["audit", "-d", "x=train.jsonl", "-d", "x=./train.jsonl"], "x=./train.jsonl is given twice"),
     (["clean", "--test", "x:t=train.jsonl", "--against", "x:t=train.jsonl", "--out", "o.jsonl"],
      "x:t=train.jsonl is given twice"),
+    # Overrides that no source of the dataset would use.
+    (["audit", "-d", "x=train.jsonl", "-o", "x.hf_split=train"],
+     "-o x.hf_split=train: hf_split is for Hugging Face sources (hf:ORG/NAME), and no source of "
+     "'x' is one (hint: drop -o x.hf_split=)"),
+    (["audit", "-d", "x=train.jsonl", "-o", "x.config=c"], "-o x.config=c: config is for"),
+    (["audit", "-d", "x:train=train.jsonl", "-o", "x.split=s"],
+     "-o x.split=s: no source of 'x' reads a split column"),
 ])
 def test_sources_that_would_be_misread_are_refused_before_spark_starts(data, monkeypatch, capsys,
                                                                        argv, needle):
@@ -622,3 +629,6 @@ def test_sources_that_would_be_misread_are_refused_before_spark_starts(data, mon
     src = Source("x", "train.jsonl", text_field="func")
     with pytest.raises(LeakcheckError, match="given twice"):
         audit([src, src])
+    with pytest.raises(LeakcheckError, match="hf_split 'train' given for x=train.jsonl, which is "
+                       "not a Hugging Face source"):
+        Source("x", "train.jsonl", hf_split="train")
