@@ -77,6 +77,15 @@ class ImageOptions:
                                  f"images, got {self.threshold!r}")
         if self.format not in FORMATS:
             raise LeakcheckError(errors.USAGE, f"--format must be one of {', '.join(FORMATS)}")
+        # A table holds the image as a path or as bytes (SPEC section 7).  Both made the path the
+        # id of an image hashed from the bytes -- which need not be that file -- and read the
+        # file only where the bytes were null: two images under one name.
+        if self.path_field and self.bytes_field:
+            raise LeakcheckError(
+                errors.USAGE, f"--path-field {self.path_field!r} and --bytes-field "
+                f"{self.bytes_field!r} both name the image: give one",
+                f"to name images read from bytes by the path column, write --bytes-field "
+                f"{self.bytes_field} --id-field {self.path_field}")
 
     def to_dict(self) -> dict:
         return {"threshold": self.threshold, "path_field": self.path_field,
