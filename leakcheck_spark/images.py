@@ -40,7 +40,7 @@ from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source, as_sources, 
 from leakcheck_spark.paths import is_local, local_path, spark_uri
 from leakcheck_spark.resplit import DEFAULT_PRIORITY, check_priority, reassign
 from leakcheck_spark.session import session_conf
-from leakcheck_spark.sources import BAD_SPLIT_HINT, TABLE_PREFIX, read_csv
+from leakcheck_spark.sources import BAD_SPLIT_HINT, TABLE_PREFIX, check_csv_header, read_csv
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -362,6 +362,8 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
                        ("--id-field", src.id_field),
                        ("--split-field", None if src.split else src.split_field)):
         if name is not None and name not in df.columns:
+            if src.path.lower().endswith(".csv"):
+                check_csv_header(spark, src.path, name)
             raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}")
     if opts.path_field and isinstance(df.schema[opts.path_field].dataType, T.BinaryType):
         raise LeakcheckError(errors.BAD_VALUE, f"--path-field {opts.path_field!r} of {src.path} "

@@ -540,6 +540,8 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
     def need(flag: str, name: str | None) -> None:
         if name is not None and name not in schema:
+            if fmt == "csv":
+                check_csv_header(spark, files[0], name)
             raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}")
 
     need("text field", src.text_field)
@@ -647,6 +649,32 @@ def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
     df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
                             enforceSchema=False, mode="FAILFAST", **CSV_DIALECT).csv(files)
     return df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
+
+
+def check_csv_header(spark: SparkSession, file: str, name: str) -> None:
+    """Raise BAD_FORMAT if the header of CSV `file` names column `name` more than once.
+
+    Spark renames repeated header names by position (``func,func`` reads as ``func0, func1``), so
+    a field named by a flag is then "not in" the columns.  Called only once a field is missing:
+    it reads the header line (one row), and a message that names the repeat says what to fix.
+    """
+    import csv
+
+    try:
+        first = spark.read.option("lineSep", "\n").text(spark_uri(file)).limit(1).collect()
+    except Exception:  # noqa: BLE001 - the read itself reports an unreadable file
+        return
+    if not first:
+        return
+    header = next(csv.reader([first[0].value.lstrip("\ufeff").rstrip("\r")]), [])
+    # Spark compares column names without case unless spark.sql.caseSensitive is set.
+    case = spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
+    same = [h for h in header if (h == name if case else h.lower() == name.lower())]
+    if len(same) > 1:
+        raise LeakcheckError(
+            errors.BAD_FORMAT, f"the header of {errors.display_path(file)} repeats the column "
+            f"{name!r} ({', '.join(same)}): its columns cannot be told apart",
+            "give each column of the header its own name")
 
 
 def _catalog_table(spark: SparkSession, name: str, src: Source) -> DataFrame:
