@@ -12,7 +12,7 @@ from leakcheck_spark.errors import LeakcheckError, from_spark_exception
 from leakcheck_spark.fingerprint import FP_COLUMN, fingerprints
 from leakcheck_spark.near import near_progress, unit_match_edges
 from leakcheck_spark.normalize import key_column, unit_column
-from leakcheck_spark.options import Options, Source, as_options, as_sources
+from leakcheck_spark.options import Options, Source, as_options, as_sources, check_sources
 from leakcheck_spark.sources import Derived, read_records
 
 if TYPE_CHECKING:
@@ -155,6 +155,7 @@ def audit(sources: Sequence[Source], options: Options | None = None,
     from leakcheck_spark.session import session_or_default
 
     sources = as_sources(sources)
+    check_sources(sources)
     options = as_options(options)
     spark = session_or_default(spark)
     timer = Timer()

@@ -20,7 +20,7 @@ from leakcheck_spark import errors, match, outputs
 from leakcheck_spark.audit import Timer, key_columns, spark_action
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import near_progress, unit_match_edges
-from leakcheck_spark.options import Options, Source, as_options, as_sources
+from leakcheck_spark.options import Options, Source, as_options, as_sources, check_sources
 from leakcheck_spark.report import native_id
 from leakcheck_spark.sources import (
     RECORD_COLUMNS,
@@ -138,6 +138,9 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
         raise LeakcheckError(errors.USAGE, f"test must be one Source, not {test!r}",
                              "clean one split at a time: clean(Source(...), [Source(...), ...])")
     against = as_sources(against, "against")
+    # Its groups only label the report: only the same source twice (as test and against, every
+    # test record would be dropped as its own copy) is refused.
+    check_sources([test, *against], splits=False)
     options = as_options(options)
     if drop_conflicts and not any(s.label_field for s in (test, *against)):
         raise LeakcheckError(

@@ -19,8 +19,16 @@ from typing import TYPE_CHECKING, Sequence
 
 from leakcheck_spark import __version__, errors
 from leakcheck_spark.errors import LeakcheckError
+from leakcheck_spark.hf import PREFIX as HF_PREFIX
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
-from leakcheck_spark.options import FORMATS, MAX_LENGTH, MAX_NUM_PERM, Options, Source
+from leakcheck_spark.options import (
+    FORMATS,
+    MAX_LENGTH,
+    MAX_NUM_PERM,
+    Options,
+    Source,
+    check_sources,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -247,7 +255,22 @@ def apply_overrides(sources: list[Source], overrides: Sequence[str]) -> list[Sou
         if name not in names:
             raise LeakcheckError(errors.BAD_SPEC, f"-o {item} names dataset {name!r}, which was "
                                  "not given", f"datasets given: {', '.join(sorted(names))}")
-        sources = [dataclasses.replace(s, **{fields[key]: value or None}) if s.name == name else s
+        of_name = [s for s in sources if s.name == name]
+        # An override that no source of the dataset uses would be ignored, silently.
+        if value and key in ("config", "hf_split"):
+            of_name = [s for s in of_name if s.path.startswith(HF_PREFIX)]
+            if not of_name:
+                raise LeakcheckError(
+                    errors.USAGE, f"-o {item}: {key} is for Hugging Face sources (hf:ORG/NAME), "
+                    f"and no source of {name!r} is one", f"drop -o {target}=")
+        if value and key == "split" and all(s.split or s.path.startswith(HF_PREFIX)
+                                            for s in of_name):
+            raise LeakcheckError(
+                errors.USAGE, f"-o {item}: no source of {name!r} reads a split column: each "
+                f"gives its split (-d {name}:SPLIT=...) or is a Hugging Face dataset, whose splits "
+                "are its own", f"drop -o {target}=, or give a file source as -d {name}=SOURCE to "
+                "take its splits from the column")
+        sources = [dataclasses.replace(s, **{fields[key]: value or None}) if s in of_name else s
                    for s in sources]
     return sources
 
@@ -391,6 +414,7 @@ def _run(args: argparse.Namespace) -> int:
             raise LeakcheckError(errors.USAGE,
                                  f"{args.command} needs at least one -d NAME[:SPLIT]=SOURCE")
         sources = apply_overrides([parse_source(d, args) for d in args.datasets], args.overrides)
+        check_sources(sources)
         if args.command == "resplit":
             from leakcheck_spark.resplit import parse_priority
 
@@ -398,6 +422,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         specs = [args.test, *args.against]
         sources = apply_overrides([parse_source(d, args) for d in specs], args.overrides)
+        check_sources(sources, splits=False)
     check_outputs(args, [s.path for s in sources],
                   in_place=sources[0].path if args.command == "clean" else None)
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
@@ -449,6 +474,7 @@ def run_fingerprint(args: argparse.Namespace) -> int:
     # Without a text field, records are read as noleak reads them, so that the fingerprint of a
     # file equals `noleak fingerprint FILE`'s.
     sources = [s if s.text_field else dataclasses.replace(s, noleak=True) for s in sources]
+    check_sources(sources)
     check_outputs(args, [s.path for s in sources])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
@@ -496,6 +522,7 @@ def run_images(args: argparse.Namespace) -> int:
     if not args.datasets:
         raise LeakcheckError(errors.USAGE, "images needs at least one -d NAME[:SPLIT]=SOURCE")
     sources = apply_overrides([parse_source(d, args) for d in args.datasets], args.overrides)
+    check_sources(sources)
     options = ImageOptions(threshold=args.threshold, path_field=args.path_field,
                            bytes_field=args.bytes_field, format=args.format)
     priority = parse_priority(args.priority)

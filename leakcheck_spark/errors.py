@@ -51,19 +51,28 @@ class LeakcheckError(Exception):
         return {"error": {"code": self.code, "message": self.message, "hint": self.hint}}
 
 
-# A row error travels through Spark as one string column: "CODE\x1fmessage".
+# A row error travels through Spark as one string column: "CODE\x1fmessage", or
+# "CODE\x1eHINT\x1fmessage".  The message comes last and is cut at the first \x1f only: it may
+# quote a value from the data (which may hold any character); the code and hint are ours.
 _SEP = "\x1f"
+_HINT_SEP = "\x1e"
 
 
-def encode_row_error(code: str, message: str) -> str:
-    """Encode a per-row problem for the `_err` column of a parse stage."""
-    return f"{code}{_SEP}{message}"
+def encode_row_error(code: str, message: str, hint: str | None = None) -> str:
+    r"""Encode a per-row problem for the `_err` column of a parse stage.
+
+    >>> decode_row_error(encode_row_error(BAD_VALUE, "x \x1f y", "fix it")).line()
+    'leakcheck-spark: error [LC_E_BAD_VALUE]: x \x1f y (hint: fix it)'
+    """
+    head = f"{code}{_HINT_SEP}{hint}" if hint else code
+    return f"{head}{_SEP}{message}"
 
 
 def decode_row_error(value: str) -> LeakcheckError:
     """Turn an `_err` column value back into the exception to raise on the driver."""
-    code, _, message = value.partition(_SEP)
-    return LeakcheckError(code, message)
+    head, _, message = value.partition(_SEP)
+    code, _, hint = head.partition(_HINT_SEP)
+    return LeakcheckError(code, message, hint or None)
 
 
 _PATH_NOT_FOUND = re.compile(r"Path does not exist: (\S+?)\.?(?: SQLSTATE|$)", re.M)

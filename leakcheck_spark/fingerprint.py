@@ -161,7 +161,7 @@ def fingerprint_sources(sources: Sequence[Source], by: str = "group",
         LeakcheckError: on bad input (SPEC section 9).
     """
     from leakcheck_spark.errors import USAGE, LeakcheckError
-    from leakcheck_spark.options import Options, as_sources
+    from leakcheck_spark.options import Options, as_sources, check_sources
     from leakcheck_spark.session import session_or_default
     from leakcheck_spark.sources import Derived, read_records
 
@@ -170,6 +170,7 @@ def fingerprint_sources(sources: Sequence[Source], by: str = "group",
     from leakcheck_spark.audit import Timer
 
     sources = as_sources(sources)
+    check_sources(sources)
     spark = session_or_default(spark)
     timer = Timer()
     records, frames, _ = read_records(spark, sources, Options(),

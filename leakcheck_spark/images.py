@@ -36,11 +36,11 @@ from leakcheck_spark.audit import Timer, _sample, group_stats, log, matrices, sp
 from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import _pair_steps, _whole_buckets, bucket_partners
-from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source, as_sources
+from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source, as_sources, check_sources
 from leakcheck_spark.paths import is_local, local_path, spark_uri
 from leakcheck_spark.resplit import DEFAULT_PRIORITY, check_priority, reassign
 from leakcheck_spark.session import session_conf
-from leakcheck_spark.sources import TABLE_PREFIX, read_csv
+from leakcheck_spark.sources import BAD_SPLIT_HINT, TABLE_PREFIX, check_csv_header, read_csv
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -77,6 +77,15 @@ class ImageOptions:
                                  f"images, got {self.threshold!r}")
         if self.format not in FORMATS:
             raise LeakcheckError(errors.USAGE, f"--format must be one of {', '.join(FORMATS)}")
+        # A table holds the image as a path or as bytes (SPEC section 7).  Both made the path the
+        # id of an image hashed from the bytes -- which need not be that file -- and read the
+        # file only where the bytes were null: two images under one name.
+        if self.path_field and self.bytes_field:
+            raise LeakcheckError(
+                errors.USAGE, f"--path-field {self.path_field!r} and --bytes-field "
+                f"{self.bytes_field!r} both name the image: give one",
+                f"to name images read from bytes by the path column, write --bytes-field "
+                f"{self.bytes_field} --id-field {self.path_field}")
 
     def to_dict(self) -> dict:
         return {"threshold": self.threshold, "path_field": self.path_field,
@@ -353,6 +362,8 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
                        ("--id-field", src.id_field),
                        ("--split-field", None if src.split else src.split_field)):
         if name is not None and name not in df.columns:
+            if src.path.lower().endswith(".csv"):
+                check_csv_header(spark, src.path, name)
             raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}")
     if opts.path_field and isinstance(df.schema[opts.path_field].dataType, T.BinaryType):
         raise LeakcheckError(errors.BAD_VALUE, f"--path-field {opts.path_field!r} of {src.path} "
@@ -483,6 +494,7 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
                              "which is not installed",
                              "pip install 'leakcheck-spark[images]'") from None
     sources = as_sources(sources)
+    check_sources(sources)
     spark = session_or_default(spark)
     if not sources:
         raise LeakcheckError(errors.USAGE, "no datasets given", "add -d NAME[:SPLIT]=SOURCE")
@@ -506,9 +518,20 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     # Every column of a row: a table may list one id in several splits (rows equal in all of
     # them are interchangeable), and ties in a sort follow the order shuffle blocks arrive in.
     imgs = positions(hashes, ("_src", "id", "split", "hash", "error")).persist(level)
-    per_source = {r._src: r["count"] for r in imgs.groupBy("_src").count().collect()}
+    # With the counts, each source's first split value that cannot name a group (from a split
+    # column: -d NAME:SPLIT values were checked by Source).
+    valid = (F.col("split") != "") & ~F.col("split").contains("/")
+    stats = imgs.groupBy("_src").agg(F.count(F.lit(1)).alias("n"),
+                                     F.min(F.when(~valid, F.col("split"))).alias("bad")).collect()
+    per_source = {r._src: r.n for r in stats}
     hashes.unpersist()
     total = sum(per_source.values())
+    for r in sorted(stats, key=lambda r: r._src):
+        if r.bad is not None:
+            imgs.unpersist()
+            src = sources[r._src]
+            raise LeakcheckError(errors.BAD_VALUE, f"split field {src.split_field!r} of "
+                                 f"{src.label} holds {r.bad!r}, not a valid split", BAD_SPLIT_HINT)
     for i, src in enumerate(sources):
         if not per_source.get(i):
             imgs.unpersist()

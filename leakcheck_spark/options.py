@@ -6,10 +6,11 @@ import dataclasses
 import numbers
 import os
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from leakcheck_spark.errors import USAGE, LeakcheckError
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
+from leakcheck_spark.paths import is_local, local_path
 
 FORMATS = ("parquet", "csv", "json")
 DEFAULT_SPLIT = "all"
@@ -73,6 +74,12 @@ class Source:
                 )
         if not self.path:
             raise LeakcheckError(BAD_SPEC, f"dataset {self.name!r} has an empty SOURCE")
+        # They pick from a Hugging Face dataset; on any other source they would be ignored.
+        for attr in ("config", "hf_split"):
+            if getattr(self, attr) and not self.path.startswith("hf:"):
+                raise LeakcheckError(
+                    USAGE, f"{attr} {getattr(self, attr)!r} given for {self.label}, which is not a "
+                    "Hugging Face source (hf:ORG/NAME)", f"leave out Source({attr}=...)")
 
     @property
     def label(self) -> str:
@@ -162,6 +169,49 @@ def as_sources(sources: Source | Iterable[Source], what: str = "sources") -> lis
             raise LeakcheckError(USAGE, f"{what} must be Source objects, not {item!r}",
                                  "describe each dataset as leakcheck_spark.Source(name, path, ...)")
     return items
+
+
+def check_sources(sources: Sequence[Source], splits: bool = True) -> None:
+    """Refuse sources that would be read into groups other than the user meant, before any work.
+
+    Every source of one dataset either gives its split (``:SPLIT``, a split column, or an
+    ``hf:`` dataset's own splits) or none does: a source with none of them, next to one naming a
+    split, is read into a group ``NAME/all`` beside ``NAME/SPLIT`` -- almost always a forgotten
+    ``:SPLIT`` -- and its records count as within-dataset leakage (`splits`; off for ``clean``,
+    whose groups are only labels).  The same source twice (dataset, split, path, and for ``hf:``
+    configuration and HF split) is refused rather than read once: every record would match its own
+    copy, and which of two identical specs a user meant to be something else is theirs to say.
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): naming the two specs.
+    """
+    seen: dict[tuple, Source] = {}
+    for src in sources:
+        key = (src.name, src.split, _place(src.path), src.config, src.hf_split)
+        if key in seen:
+            raise LeakcheckError(
+                USAGE, f"{src.label} is given twice: every record would be counted as a "
+                "duplicate of its own copy", "give each source once")
+        seen[key] = src
+    if not splits:
+        return
+    for src in sources:
+        if src.split is not None or src.split_field or src.path.startswith("hf:"):
+            continue
+        named = next((s for s in sources if s.name == src.name and s.split is not None), None)
+        if named is not None:
+            raise LeakcheckError(
+                USAGE, f"dataset {src.name!r} is given as {named.label} and as {src.label}, "
+                f"whose rows have no split: they would form a group {src.name}/{DEFAULT_SPLIT}",
+                f"give its split too (-d {src.name}:SPLIT={src.path}), or the column holding it "
+                f"(--split-field F or -o {src.name}.split=F)")
+
+
+def _place(path: str) -> str:
+    """`path` as two specs of one place compare equal (local paths absolute, symlinks resolved)."""
+    if path.startswith(("hf:", "table:")):
+        return path
+    return os.path.realpath(local_path(path)) if is_local(path) else path.rstrip("/") or path
 
 
 def as_options(options: Options | None) -> Options:

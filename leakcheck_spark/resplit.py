@@ -23,7 +23,7 @@ from leakcheck_spark.audit import Timer, keyed, log, spark_action
 from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import near_edges, near_progress
-from leakcheck_spark.options import Options, Source, as_options, as_sources
+from leakcheck_spark.options import Options, Source, as_options, as_sources, check_sources
 from leakcheck_spark.sources import read_records
 
 if TYPE_CHECKING:
@@ -138,6 +138,7 @@ def resplit(sources: Sequence[Source], options: Options | None = None,
     from leakcheck_spark.session import session_or_default
 
     sources = as_sources(sources)
+    check_sources(sources)
     options = as_options(options)
     priority = check_priority(priority)
     spark = session_or_default(spark)

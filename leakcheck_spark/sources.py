@@ -262,7 +262,30 @@ def parse_object(obj: object, src: Source) -> tuple:
         has_split = src.split_field in obj
         if value is not None:
             split = value if isinstance(value, str) else json.dumps(value)
+            if not valid_split(split):
+                return _row_error(errors.BAD_VALUE, bad_split_message(src, repr(split)),
+                                  BAD_SPLIT_HINT)
     return (split, ident, id_int, text, label, canon, has_label, has_split, None)
+
+
+# A split from the data must be one -d NAME:SPLIT=... would accept: the group is "NAME/SPLIT", and
+# a '/' in it (or nothing after it) makes a group name that reads as something else.
+BAD_SPLIT_HINT = ("a split is non-empty and has no '/' (the group is NAME/SPLIT), as in "
+                  "-d NAME:SPLIT=SOURCE; fix the split column, or give the split with -d")
+
+
+def valid_split(split: str) -> bool:
+    """True for a split value that can name a group (as `Source` checks `-d NAME:SPLIT`).
+
+    >>> valid_split("train"), valid_split(""), valid_split("a/b")
+    (True, False, False)
+    """
+    return bool(split) and "/" not in split
+
+
+def bad_split_message(src: Source, quoted: str) -> str:
+    """A row error's message for a bad split value (`quoted`); ``{where}`` comes before it."""
+    return f"split field {src.split_field!r} in {{where}} is {quoted}, not a valid split"
 
 
 def noleak_text(obj: object, field: str | None) -> object:
@@ -296,8 +319,9 @@ def record_text(obj: object) -> str:
     return str(obj)
 
 
-def _row_error(code: str, message: str) -> tuple:
-    return (None, None, False, None, None, None, False, False, encode_row_error(code, message))
+def _row_error(code: str, message: str, hint: str | None = None) -> tuple:
+    return (None, None, False, None, None, None, False, False,
+            encode_row_error(code, message, hint))
 
 
 def _fields(obj: object) -> str:
@@ -516,6 +540,8 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
     def need(flag: str, name: str | None) -> None:
         if name is not None and name not in schema:
+            if fmt == "csv":
+                check_csv_header(spark, files[0], name)
             raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}")
 
     need("text field", src.text_field)
@@ -593,6 +619,13 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         split, has_split = F.col("_lc_split"), F.lit(True)
     elif src.split_field and src.split is None:
         split, has_split = col(src.split_field).cast("string"), F.lit(True)
+        # The value quoted as parse_object's repr() does it (the same for a value without
+        # quotes or backslashes; the check itself is exact).
+        prefix, suffix = encode_row_error(errors.BAD_VALUE, bad_split_message(src, "\0"),
+                                          BAD_SPLIT_HINT).split("\0")
+        bad_split = F.when((split == "") | split.contains("/"),
+                           F.concat(F.lit(prefix + "'"), split, F.lit("'" + suffix)))
+        err = F.coalesce(err, bad_split)
     else:
         split, has_split = null_str, F.lit(False)
     return df.select(
@@ -616,6 +649,32 @@ def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
     df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
                             enforceSchema=False, mode="FAILFAST", **CSV_DIALECT).csv(files)
     return df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
+
+
+def check_csv_header(spark: SparkSession, file: str, name: str) -> None:
+    """Raise BAD_FORMAT if the header of CSV `file` names column `name` more than once.
+
+    Spark renames repeated header names by position (``func,func`` reads as ``func0, func1``), so
+    a field named by a flag is then "not in" the columns.  Called only once a field is missing:
+    it reads the header line (one row), and a message that names the repeat says what to fix.
+    """
+    import csv
+
+    try:
+        first = spark.read.option("lineSep", "\n").text(spark_uri(file)).limit(1).collect()
+    except Exception:  # noqa: BLE001 - the read itself reports an unreadable file
+        return
+    if not first:
+        return
+    header = next(csv.reader([first[0].value.lstrip("\ufeff").rstrip("\r")]), [])
+    # Spark compares column names without case unless spark.sql.caseSensitive is set.
+    case = spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
+    same = [h for h in header if (h == name if case else h.lower() == name.lower())]
+    if len(same) > 1:
+        raise LeakcheckError(
+            errors.BAD_FORMAT, f"the header of {errors.display_path(file)} repeats the column "
+            f"{name!r} ({', '.join(same)}): its columns cannot be told apart",
+            "give each column of the header its own name")
 
 
 def _catalog_table(spark: SparkSession, name: str, src: Source) -> DataFrame:
@@ -739,8 +798,10 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
             file = errors.display_path(b._lc_file)
             number = line - 1 if b.fmt == "json" else line  # list elements count from 0
             where = f"{_UNIT[b.fmt]} {number} of {file}"
+            # Once each: a message may go on to quote a value from the data, which is left alone.
             raise LeakcheckError(
-                err.code, err.message.replace("{where}", where).replace("{file}", file))
+                err.code, err.message.replace("{where}", where, 1).replace("{file}", file, 1),
+                err.hint)
         _check_parquet_text_column(spark, src, blocks)
         total = min(src_rows, cap) if cap else src_rows
         if total == 0:

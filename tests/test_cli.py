@@ -612,3 +612,48 @@ def test_an_output_of_the_other_kind_is_refused_not_replaced(cli, data):
     assert (data / "adir.jsonl" / "keep").read_text() == "mine"
     assert sorted(p.name for p in data.iterdir()) == ["adir.jsonl", "afile", "test.jsonl",
                                                       "train.jsonl"]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    # A forgotten :SPLIT: b's rows would be a group x/all beside x/train.
+    (["audit", "-d", "x:train=train.jsonl", "-d", "x=test.jsonl"],
+     "dataset 'x' is given as x:train=train.jsonl and as x=test.jsonl, whose rows have no split"),
+    # The same source twice: every record would be an internal duplicate of its copy.
+    (["audit", "-d", "x=train.jsonl", "-d", "x=./train.jsonl"], "x=./train.jsonl is given twice"),
+    (["clean", "--test", "x:t=train.jsonl", "--against", "x:t=train.jsonl", "--out", "o.jsonl"],
+     "x:t=train.jsonl is given twice"),
+    # Overrides that no source of the dataset would use.
+    (["audit", "-d", "x=train.jsonl", "-o", "x.hf_split=train"],
+     "-o x.hf_split=train: hf_split is for Hugging Face sources (hf:ORG/NAME), and no source of "
+     "'x' is one (hint: drop -o x.hf_split=)"),
+    (["audit", "-d", "x=train.jsonl", "-o", "x.config=c"], "-o x.config=c: config is for"),
+    (["audit", "-d", "x:train=train.jsonl", "-o", "x.split=s"],
+     "-o x.split=s: no source of 'x' reads a split column"),
+])
+def test_sources_that_would_be_misread_are_refused_before_spark_starts(data, monkeypatch, capsys,
+                                                                       argv, needle):
+    import leakcheck_spark.session
+    from leakcheck_spark import Source, audit
+    from leakcheck_spark.cli import main
+    from leakcheck_spark.errors import LeakcheckError
+
+    def no_session(*_, **__):
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(leakcheck_spark.session, "get_session", no_session)
+    monkeypatch.setattr(leakcheck_spark.session, "session_or_default", no_session)
+    monkeypatch.chdir(data)
+    assert main([*argv, "--text-field", "func"]) == 2
+    stderr = capsys.readouterr().err
+    assert error_code(stderr) == "LC_E_USAGE" and needle in stderr, stderr
+    # A split column, or an hf: dataset's own splits, give the split-less source its splits.
+    assert main(["audit", "-d", "x:train=train.jsonl", "-d", "x=test.jsonl", "--split-field", "s",
+                 "--text-field", "func"]) == 2
+    assert "Spark was started" in capsys.readouterr().err
+    # The library refuses the same.
+    src = Source("x", "train.jsonl", text_field="func")
+    with pytest.raises(LeakcheckError, match="given twice"):
+        audit([src, src])
+    with pytest.raises(LeakcheckError, match="hf_split 'train' given for x=train.jsonl, which is "
+                       "not a Hugging Face source"):
+        Source("x", "train.jsonl", hf_split="train")

@@ -236,6 +236,31 @@ def test_tables_with_paths_or_bytes_and_path_lists(spark, pictures, tmp_path):
     res.unpersist()
 
 
+def test_a_path_field_and_a_bytes_field_together_are_a_usage_error(tmp_path, capsys):
+    # The path was the id of an image hashed from the bytes, read itself only where they were null.
+    from leakcheck_spark.cli import main
+
+    assert main(["images", "-d", f"t={tmp_path / 't.parquet'}", "--path-field", "p",
+                 "--bytes-field", "b"]) == 2
+    assert capsys.readouterr().err == (
+        "leakcheck-spark: error [LC_E_USAGE]: --path-field 'p' and --bytes-field 'b' both name "
+        "the image: give one (hint: to name images read from bytes by the path column, write "
+        "--bytes-field b --id-field p)\n")
+
+
+def test_a_split_value_that_cannot_name_a_group_is_a_bad_value(spark, tmp_path):
+    # As for text sources: a split column's "a/b" made the group "t/a/b".
+    from leakcheck_spark.errors import LeakcheckError
+
+    write_jsonl(tmp_path / "t.jsonl", [{"file": "x.png", "s": "train"},
+                                       {"file": "y.png", "s": "a/b"}])
+    with pytest.raises(LeakcheckError) as info:
+        images([Source("t", str(tmp_path / "t.jsonl"), split_field="s")],
+               ImageOptions(path_field="file"), spark=spark)
+    assert info.value.code == "LC_E_BAD_VALUE" and info.value.message == (
+        f"split field 's' of t={tmp_path / 't.jsonl'} holds 'a/b', not a valid split")
+
+
 def test_pigeonhole_bands_find_every_pair_within_the_threshold(spark):
     rnd = np.random.default_rng(7)
     base = rnd.integers(0, 2**64, size=300, dtype=np.uint64)

@@ -236,3 +236,28 @@ def test_a_csv_row_with_more_or_fewer_values_than_the_header_is_bad_format(cli, 
         assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read "
                                           f"{tmp_path / 'r.csv'}: "), err
         assert "Malformed CSV record: b" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_split_value_that_cannot_name_a_group_is_a_bad_value(cli, tmp_path):
+    # -d x:a/b=... and -d x:=... are refused; the same splits from a split column made the groups
+    # "x/a/b" and "x/" (read back as dataset x, split a, ...).
+    write_jsonl(tmp_path / "s.jsonl", [{"t": "alpha", "s": "train"}, {"t": "beta", "s": "a/b"}])
+    pq.write_table(pa.table({"t": ["alpha", "beta"], "s": ["train", ""]}), tmp_path / "s.parquet")
+    for name, where, value in (("s.jsonl", "line 2", "'a/b'"), ("s.parquet", "row 2", "''")):
+        rc, _, err = cli("audit", "-d", f"x={tmp_path / name}", "--text-field", "t",
+                         "--split-field", "s", "--quiet")
+        assert rc == 2 and err.startswith(
+            f"leakcheck-spark: error [LC_E_BAD_VALUE]: split field 's' in {where} of "
+            f"{tmp_path / name} is {value}, not a valid split (hint: a split is non-empty and "
+            "has no '/'"), err
+
+
+def test_a_csv_header_that_repeats_a_field_is_bad_format_naming_the_file(cli, tmp_path):
+    # Spark renames repeated header names by position: "field 'func' not in (columns: func0,
+    # func1)" did not say what was wrong.
+    (tmp_path / "r.csv").write_text("\ufeffid,func,Func\n1,a,b\n", encoding="utf-8")
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 'r.csv'}", "--text-field", "func", "--quiet")
+    assert rc == 2 and err == (
+        f"leakcheck-spark: error [LC_E_BAD_FORMAT]: the header of {tmp_path / 'r.csv'} repeats "
+        "the column 'func' (func, Func): its columns cannot be told apart (hint: give each "
+        "column of the header its own name)\n"), err
