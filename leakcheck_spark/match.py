@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from leakcheck_spark.errors import require_columns
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -35,6 +37,9 @@ def key_groups(records: DataFrame) -> DataFrame:
     """(key, group, dataset, n) for non-empty records."""
     import pyspark.sql.functions as F
 
+    require_columns(records, "match.key_groups", {"key": None, "group": None, "dataset": None},
+                    "records")
+
     return (
         records.where(F.col("key").isNotNull())
         .groupBy("key", "group", "dataset")
@@ -45,6 +50,8 @@ def key_groups(records: DataFrame) -> DataFrame:
 def exact_edges(kg: DataFrame) -> DataFrame:
     """(key, other, match, similarity): every key matches itself exactly."""
     import pyspark.sql.functions as F
+
+    require_columns(kg, "match.exact_edges", {"key": None}, "keys")
 
     return kg.select("key").distinct().select(
         "key", F.col("key").alias("other"), F.lit("exact").alias("match"),
@@ -66,6 +73,8 @@ def unit_edges(records: DataFrame) -> DataFrame:
     """
     import pyspark.sql.functions as F
 
+    require_columns(records, "match.unit_edges", {"key": None, "unit": None}, "records")
+
     per_key = (records.where(F.col("key").isNotNull()).groupBy("key")
                .agg(F.collect_set("unit").alias("_units"), F.count(F.lit(1)).alias("_n"))
                .where(F.col("_n") >= 2))
@@ -79,6 +88,7 @@ def unit_edges(records: DataFrame) -> DataFrame:
 def as_units(records: DataFrame) -> DataFrame:
     """`records` with each record's near-matching `unit` in place of its `key`, for the stages
     that match records (:func:`unit_edges`); label conflicts stay on the key."""
+    require_columns(records, "match.as_units", {"unit": None}, "records")
     return records.drop("key").withColumnRenamed("unit", "key")
 
 
@@ -87,6 +97,8 @@ def copied_keys(kg: DataFrame) -> DataFrame:
     self-edges can reach anything in :func:`reach` (a key's only record never matches itself),
     so passing these to :func:`exact_edges` keeps most keys out of its joins."""
     import pyspark.sql.functions as F
+
+    require_columns(kg, "match.copied_keys", {"key": None, "n": None}, "key groups")
 
     return kg.groupBy("key").agg(F.sum("n").alias("_n")).where(F.col("_n") >= 2).select("key")
 
@@ -98,6 +110,10 @@ def reach(kg: DataFrame, edges: DataFrame) -> DataFrame:
     self-edge reaches its own group only when the group holds another copy (n >= 2).
     """
     import pyspark.sql.functions as F
+
+    require_columns(kg, "match.reach", {"key": None, "group": None, "dataset": None, "n": None},
+                    "key groups (match.key_groups)")
+    require_columns(edges, "match.reach", {"key": None, "other": None}, "edges")
 
     target = kg.select(
         F.col("key").alias("other"), F.col("group").alias("to_group"),
@@ -112,6 +128,10 @@ def split_counts(reached: DataFrame) -> DataFrame:
     """(group, to_group, count): records of `group` matching at least one record of `to_group`."""
     import pyspark.sql.functions as F
 
+    require_columns(reached, "match.split_counts",
+                    {"key": None, "group": None, "n": None, "to_group": None},
+                    "reached groups (match.reach)")
+
     return (
         reached.select("key", "group", "n", "to_group").distinct()
         .groupBy("group", "to_group").agg(F.sum("n").alias("count"))
@@ -122,6 +142,10 @@ def dataset_counts(reached: DataFrame) -> DataFrame:
     """(dataset, to_dataset, count): records of `dataset` matching a record of `to_dataset`;
     on the diagonal only matches in a different split of the same dataset count."""
     import pyspark.sql.functions as F
+
+    require_columns(reached, "match.dataset_counts",
+                    {"key": None, "group": None, "dataset": None, "n": None, "to_group": None,
+                     "to_dataset": None}, "reached groups (match.reach)")
 
     cross = (F.col("dataset") != F.col("to_dataset")) | (F.col("group") != F.col("to_group"))
     return (
@@ -142,6 +166,8 @@ def smallest_ids(records: DataFrame, by: tuple[str, ...] = ("key", "group"),
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
+    require_columns(records, "match.smallest_ids",
+                    dict.fromkeys((*by, "key", "id_num", "id")), "records")
     w = Window.partitionBy(*by).orderBy("id_num", "id")
     return (
         records.where(F.col("key").isNotNull())
@@ -168,6 +194,12 @@ def overlaps(records: DataFrame, reached: DataFrame) -> DataFrame:
     `similarity` is 1.0 for exact, else the best verified similarity.
     """
     import pyspark.sql.functions as F
+
+    require_columns(records, "match.overlaps",
+                    {"key": None, "group": None, "id": None, "id_num": None}, "records")
+    require_columns(reached, "match.overlaps",
+                    {"key": None, "group": None, "other": None, "to_group": None, "match": None,
+                     "similarity": None}, "reached groups (match.reach)")
 
     ids = smallest_ids(records).select(
         F.col("key").alias("other"), F.col("group").alias("to_group"), "ids"
@@ -203,6 +235,10 @@ def label_conflicts(records: DataFrame) -> DataFrame:
     canonical labels), n_members, members (array of (group, id, label), sorted).
     """
     import pyspark.sql.functions as F
+
+    require_columns(records, "match.label_conflicts",
+                    {"key": None, "group": None, "id": None, "row": None, "text": None,
+                     "label": None, "label_canon": None}, "records")
 
     labelled = records.where(F.col("key").isNotNull() & F.col("label_canon").isNotNull())
     conflicting = (

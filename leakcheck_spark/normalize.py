@@ -504,9 +504,11 @@ def with_keys(records: DataFrame, normalizer: str = "whitespace", lang: str = "c
     A vectorised pandas UDF over Arrow batches; the key is 128 bits, so distinct normalised
     texts collide with negligible probability and the texts themselves are never shuffled.
     """
+    from leakcheck_spark.errors import require_columns
     from leakcheck_spark.udf import series_udf
 
     name, fn, kind = key_column(normalizer, lang, max_chars)
+    require_columns(records, "normalize.with_keys", {"text": "string"}, "records")
     return records.withColumn(name, series_udf(fn, kind)("text"))
 
 
