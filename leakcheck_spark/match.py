@@ -232,31 +232,37 @@ def label_conflicts(records: DataFrame) -> DataFrame:
 
     Columns: key (hex of the normalised-text hash), text (one sample, the first member's text
     -- of tied members the one read first -- truncated to 200 characters), labels (the distinct
-    canonical labels), n_members, members (array of (group, id, label), sorted).
+    canonical labels), n_members, members (array of (group, id, label), sorted by group, then
+    by id in its dataset's own order -- numerically for integer ids -- then by label).
     """
     import pyspark.sql.functions as F
 
     require_columns(records, "match.label_conflicts",
-                    {"key": None, "group": None, "id": None, "row": None, "text": None,
-                     "label": None, "label_canon": None}, "records")
+                    {"key": None, "group": None, "id": None, "id_num": None, "row": None,
+                     "text": None, "label": None, "label_canon": None}, "records")
 
     labelled = records.where(F.col("key").isNotNull() & F.col("label_canon").isNotNull())
     conflicting = (
         labelled.groupBy("key").agg(F.count_distinct("label_canon").alias("_k"))
         .where(F.col("_k") > 1).select("key")
     )
-    member = F.struct("group", "id", "label")
+    # When datasets mix id types the shared `id` column is a string, where "10" sorts before
+    # "9": members sort by `id_num` first (a group is one dataset, so its ids are all integers
+    # or all not), as overlaps' match_ids do (smallest_ids), and it is dropped afterwards.
+    member = F.struct("group", "id_num", "id", "label")
     # Members can tie (an id repeated in a group) while their texts differ (same normalised
     # text, other whitespace): of tied members the one read first gives the text (`row` is
     # unique within a group's dataset), so the sample does not depend on partitioning.
-    first = F.struct("group", "id", "label", "row")
+    first = F.struct("group", "id_num", "id", "label", "row")
     return (
         labelled.join(conflicting, "key")
         .groupBy("key")
         .agg(
             F.min_by("text", first).alias("text"),
             F.array_sort(F.collect_set("label_canon")).alias("labels"),
-            F.array_sort(F.collect_list(member)).alias("members"),
+            F.transform(F.array_sort(F.collect_list(member)),
+                        lambda m: F.struct(m["group"].alias("group"), m["id"].alias("id"),
+                                           m["label"].alias("label"))).alias("members"),
         )
         .select(F.lower(F.hex("key")).alias("key"),
                 F.substring("text", 1, SAMPLE_TEXT_CHARS).alias("text"),
