@@ -181,9 +181,16 @@ def first_ids(id_arrays: Column, k: int = MAX_MATCH_IDS) -> Column:
     """Aggregate: the k smallest ids over the `ids` arrays of :func:`smallest_ids` in a group."""
     import pyspark.sql.functions as F
 
+    return _smallest(F.collect_list(id_arrays), k)
+
+
+def _smallest(collected: Column, k: int = MAX_MATCH_IDS) -> Column:
+    """The k smallest ids of an array of `ids` arrays (:func:`smallest_ids`), as plain ids."""
+    import pyspark.sql.functions as F
+
     # Distinct: with near matching one record can be reached twice (an exact edge between two
     # units of a key, and a near edge between the same two units).
-    merged = F.slice(F.array_sort(F.array_distinct(F.flatten(F.collect_list(id_arrays)))), 1, k)
+    merged = F.slice(F.array_sort(F.array_distinct(F.flatten(collected))), 1, k)
     return F.transform(merged, lambda x: x["id"])
 
 
@@ -191,7 +198,9 @@ def overlaps(records: DataFrame, reached: DataFrame) -> DataFrame:
     """One row per (record, other group) it matches: OVERLAP_COLUMNS (SPEC section 5).
 
     `match` is ``exact`` when the record's own text occurs in `to` (exact wins), else ``near``;
-    `similarity` is 1.0 for exact, else the best verified similarity.
+    `similarity` is 1.0 for exact, else the best verified similarity; `match_ids` are the ids
+    of the row's kind of match: for an exact row the records of `to` with the same normalised
+    text (not those only near it), for a near row its near matches.
     """
     import pyspark.sql.functions as F
 
@@ -205,15 +214,22 @@ def overlaps(records: DataFrame, reached: DataFrame) -> DataFrame:
         F.col("key").alias("other"), F.col("group").alias("to_group"), "ids"
     )
     is_exact = F.col("match") == "exact"
+    # The ids reached by each kind of edge apart (each edge's ids in one list, so no more is
+    # held than one list of all of them), so an exact row lists only its exact matches.
+    exact_ids = F.collect_list(F.when(is_exact, F.col("ids")))
+    near_ids = F.collect_list(F.when(~is_exact, F.col("ids")))
+    exact = F.size("_exact_ids") > 0
     per_key = (
         reached.where(F.col("group") != F.col("to_group"))
         .join(ids, ["other", "to_group"])
         .groupBy("key", "group", "to_group")
         .agg(
-            F.max(is_exact).alias("exact"),
+            exact_ids.alias("_exact_ids"), near_ids.alias("_near_ids"),
             F.max(F.when(~is_exact, F.col("similarity"))).alias("near_similarity"),
-            first_ids(F.col("ids")).alias("match_ids"),
         )
+        .select("key", "group", "to_group", exact.alias("exact"), "near_similarity",
+                _smallest(F.when(exact, F.col("_exact_ids")).otherwise(F.col("_near_ids")))
+                .alias("match_ids"))
     )
     return (
         records.where(F.col("key").isNotNull()).select("key", "group", "id")
