@@ -218,6 +218,14 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
     """
     import pyspark.sql.functions as F
 
+    needs = dict.fromkeys(("key", "id", "id_num", "label_canon")
+                          + (("unit",) if near is not None else ()))
+    errors.require_columns(test, "clean.decide", {**needs, "row": None}, "the test records")
+    if against is not None:
+        errors.require_columns(against, "clean.decide", needs, "the against records")
+    if near is not None:
+        errors.require_columns(near, "clean.decide", {"key": None, "other": None, "match": None,
+                                                      "similarity": None}, "the near edges")
     null_ids = F.lit(None).cast(f"array<{dict(test.dtypes)['id']}>")
     nonempty = F.col("key").isNotNull()
     conflict_test, conflict_against = test, against

@@ -46,6 +46,11 @@ def connected_components(edges: DataFrame, vertices: DataFrame | None = None,
     """
     import pyspark.sql.functions as F
 
+    from leakcheck_spark.errors import require_columns
+
+    require_columns(edges, "components.connected_components", {src: None, dst: None}, "edges")
+    if vertices is not None:
+        require_columns(vertices, "components.connected_components", {node: None}, "vertices")
     pairs = (edges.select(F.col(src).cast("long").alias("a"), F.col(dst).cast("long").alias("b"))
              .where(F.col("a").isNotNull() & F.col("b").isNotNull() & (F.col("a") != F.col("b")))
              .select(F.greatest("a", "b").alias("hi"), F.least("a", "b").alias("lo"))

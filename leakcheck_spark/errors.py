@@ -5,11 +5,16 @@ are found inside Spark tasks, where raising would surface as a Py4J traceback, s
 stages record a row's problem in a column (:func:`encode_row_error`) and the driver raises the
 first one in read order (:func:`decode_row_error`).  Failures Spark raises itself (a path that
 does not exist, a corrupt gzip or parquet file) are translated by :func:`from_spark_exception`.
+A stage a user composes checks its input's schema first (:func:`require_columns`).
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 EMPTY_INPUT = "LC_E_EMPTY_INPUT"
 BAD_VALUE = "LC_E_BAD_VALUE"
@@ -73,6 +78,36 @@ def decode_row_error(value: str) -> LeakcheckError:
     head, _, message = value.partition(_SEP)
     code, _, hint = head.partition(_HINT_SEP)
     return LeakcheckError(code, message, hint or None)
+
+
+def require_columns(df: DataFrame, stage: str, columns: Mapping[str, str | None],
+                    frame: str = "its input") -> None:
+    """Check, at the entry of a stage, that `df` has the columns the stage reads.
+
+    `columns` maps each column to the Spark type it must have (``simpleString`` form; ``a|b``
+    for either), or None where any type works.  Only the schema is read (no Spark job), so a user
+    composing stages gets the stage's name and the columns it expects instead of Spark's
+    AnalysisException from somewhere inside it.  Names compare as Spark resolves them by default
+    (ignoring case), so nothing Spark would accept is refused.
+
+    Raises:
+        LeakcheckError: MISSING_FIELD naming the absent columns and those present; BAD_VALUE for
+            a column of the wrong type.
+    """
+    fields = df.schema.fields  # one call: on Spark Connect each schema access is a round trip
+    by_name = {f.name.lower(): f for f in fields}
+    hint = (f"{stage} reads {frame} with the columns {', '.join(columns)}; see its docstring for "
+            "the stage that makes them")
+    missing = [c for c in columns if c.lower() not in by_name]
+    if missing:
+        present = ", ".join(f.name for f in fields) or "(none)"
+        raise LeakcheckError(MISSING_FIELD, f"stage {stage} needs column(s) "
+                             f"{', '.join(missing)} in {frame}; columns present: {present}", hint)
+    for name, kind in columns.items():
+        got = by_name[name.lower()].dataType.simpleString()
+        if kind is not None and got not in kind.split("|"):
+            raise LeakcheckError(BAD_VALUE, f"stage {stage} needs column {name} of {frame} to be "
+                                 f"{kind.replace('|', ' or ')}, not {got}", hint)
 
 
 _PATH_NOT_FOUND = re.compile(r"Path does not exist: (\S+?)\.?(?: SQLSTATE|$)", re.M)

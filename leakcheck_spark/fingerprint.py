@@ -127,6 +127,9 @@ def fingerprints(records: DataFrame, by: str = "group", fp: str = "fp",
     audit's group totals), saving a pass over the records."""
     import pyspark.sql.functions as F
 
+    from leakcheck_spark.errors import require_columns
+
+    require_columns(records, "fingerprint.fingerprints", {by: None, fp: "binary"}, "records")
     if counts is None:
         counts = {r.by: r.n for r in records.groupBy(F.col(by).alias("by")).agg(
             F.count(F.lit(1)).alias("n")).collect()}

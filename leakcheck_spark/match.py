@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from leakcheck_spark.errors import require_columns
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -35,6 +37,9 @@ def key_groups(records: DataFrame) -> DataFrame:
     """(key, group, dataset, n) for non-empty records."""
     import pyspark.sql.functions as F
 
+    require_columns(records, "match.key_groups", {"key": None, "group": None, "dataset": None},
+                    "records")
+
     return (
         records.where(F.col("key").isNotNull())
         .groupBy("key", "group", "dataset")
@@ -45,6 +50,8 @@ def key_groups(records: DataFrame) -> DataFrame:
 def exact_edges(kg: DataFrame) -> DataFrame:
     """(key, other, match, similarity): every key matches itself exactly."""
     import pyspark.sql.functions as F
+
+    require_columns(kg, "match.exact_edges", {"key": None}, "keys")
 
     return kg.select("key").distinct().select(
         "key", F.col("key").alias("other"), F.lit("exact").alias("match"),
@@ -66,6 +73,8 @@ def unit_edges(records: DataFrame) -> DataFrame:
     """
     import pyspark.sql.functions as F
 
+    require_columns(records, "match.unit_edges", {"key": None, "unit": None}, "records")
+
     per_key = (records.where(F.col("key").isNotNull()).groupBy("key")
                .agg(F.collect_set("unit").alias("_units"), F.count(F.lit(1)).alias("_n"))
                .where(F.col("_n") >= 2))
@@ -79,6 +88,7 @@ def unit_edges(records: DataFrame) -> DataFrame:
 def as_units(records: DataFrame) -> DataFrame:
     """`records` with each record's near-matching `unit` in place of its `key`, for the stages
     that match records (:func:`unit_edges`); label conflicts stay on the key."""
+    require_columns(records, "match.as_units", {"unit": None}, "records")
     return records.drop("key").withColumnRenamed("unit", "key")
 
 
@@ -87,6 +97,8 @@ def copied_keys(kg: DataFrame) -> DataFrame:
     self-edges can reach anything in :func:`reach` (a key's only record never matches itself),
     so passing these to :func:`exact_edges` keeps most keys out of its joins."""
     import pyspark.sql.functions as F
+
+    require_columns(kg, "match.copied_keys", {"key": None, "n": None}, "key groups")
 
     return kg.groupBy("key").agg(F.sum("n").alias("_n")).where(F.col("_n") >= 2).select("key")
 
@@ -98,6 +110,10 @@ def reach(kg: DataFrame, edges: DataFrame) -> DataFrame:
     self-edge reaches its own group only when the group holds another copy (n >= 2).
     """
     import pyspark.sql.functions as F
+
+    require_columns(kg, "match.reach", {"key": None, "group": None, "dataset": None, "n": None},
+                    "key groups (match.key_groups)")
+    require_columns(edges, "match.reach", {"key": None, "other": None}, "edges")
 
     target = kg.select(
         F.col("key").alias("other"), F.col("group").alias("to_group"),
@@ -112,6 +128,10 @@ def split_counts(reached: DataFrame) -> DataFrame:
     """(group, to_group, count): records of `group` matching at least one record of `to_group`."""
     import pyspark.sql.functions as F
 
+    require_columns(reached, "match.split_counts",
+                    {"key": None, "group": None, "n": None, "to_group": None},
+                    "reached groups (match.reach)")
+
     return (
         reached.select("key", "group", "n", "to_group").distinct()
         .groupBy("group", "to_group").agg(F.sum("n").alias("count"))
@@ -122,6 +142,10 @@ def dataset_counts(reached: DataFrame) -> DataFrame:
     """(dataset, to_dataset, count): records of `dataset` matching a record of `to_dataset`;
     on the diagonal only matches in a different split of the same dataset count."""
     import pyspark.sql.functions as F
+
+    require_columns(reached, "match.dataset_counts",
+                    {"key": None, "group": None, "dataset": None, "n": None, "to_group": None,
+                     "to_dataset": None}, "reached groups (match.reach)")
 
     cross = (F.col("dataset") != F.col("to_dataset")) | (F.col("group") != F.col("to_group"))
     return (
@@ -142,6 +166,8 @@ def smallest_ids(records: DataFrame, by: tuple[str, ...] = ("key", "group"),
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
+    require_columns(records, "match.smallest_ids",
+                    dict.fromkeys((*by, "key", "id_num", "id")), "records")
     w = Window.partitionBy(*by).orderBy("id_num", "id")
     return (
         records.where(F.col("key").isNotNull())
@@ -155,9 +181,16 @@ def first_ids(id_arrays: Column, k: int = MAX_MATCH_IDS) -> Column:
     """Aggregate: the k smallest ids over the `ids` arrays of :func:`smallest_ids` in a group."""
     import pyspark.sql.functions as F
 
+    return _smallest(F.collect_list(id_arrays), k)
+
+
+def _smallest(collected: Column, k: int = MAX_MATCH_IDS) -> Column:
+    """The k smallest ids of an array of `ids` arrays (:func:`smallest_ids`), as plain ids."""
+    import pyspark.sql.functions as F
+
     # Distinct: with near matching one record can be reached twice (an exact edge between two
     # units of a key, and a near edge between the same two units).
-    merged = F.slice(F.array_sort(F.array_distinct(F.flatten(F.collect_list(id_arrays)))), 1, k)
+    merged = F.slice(F.array_sort(F.array_distinct(F.flatten(collected))), 1, k)
     return F.transform(merged, lambda x: x["id"])
 
 
@@ -165,23 +198,38 @@ def overlaps(records: DataFrame, reached: DataFrame) -> DataFrame:
     """One row per (record, other group) it matches: OVERLAP_COLUMNS (SPEC section 5).
 
     `match` is ``exact`` when the record's own text occurs in `to` (exact wins), else ``near``;
-    `similarity` is 1.0 for exact, else the best verified similarity.
+    `similarity` is 1.0 for exact, else the best verified similarity; `match_ids` are the ids
+    of the row's kind of match: for an exact row the records of `to` with the same normalised
+    text (not those only near it), for a near row its near matches.
     """
     import pyspark.sql.functions as F
+
+    require_columns(records, "match.overlaps",
+                    {"key": None, "group": None, "id": None, "id_num": None}, "records")
+    require_columns(reached, "match.overlaps",
+                    {"key": None, "group": None, "other": None, "to_group": None, "match": None,
+                     "similarity": None}, "reached groups (match.reach)")
 
     ids = smallest_ids(records).select(
         F.col("key").alias("other"), F.col("group").alias("to_group"), "ids"
     )
     is_exact = F.col("match") == "exact"
+    # The ids reached by each kind of edge apart (each edge's ids in one list, so no more is
+    # held than one list of all of them), so an exact row lists only its exact matches.
+    exact_ids = F.collect_list(F.when(is_exact, F.col("ids")))
+    near_ids = F.collect_list(F.when(~is_exact, F.col("ids")))
+    exact = F.size("_exact_ids") > 0
     per_key = (
         reached.where(F.col("group") != F.col("to_group"))
         .join(ids, ["other", "to_group"])
         .groupBy("key", "group", "to_group")
         .agg(
-            F.max(is_exact).alias("exact"),
+            exact_ids.alias("_exact_ids"), near_ids.alias("_near_ids"),
             F.max(F.when(~is_exact, F.col("similarity"))).alias("near_similarity"),
-            first_ids(F.col("ids")).alias("match_ids"),
         )
+        .select("key", "group", "to_group", exact.alias("exact"), "near_similarity",
+                _smallest(F.when(exact, F.col("_exact_ids")).otherwise(F.col("_near_ids")))
+                .alias("match_ids"))
     )
     return (
         records.where(F.col("key").isNotNull()).select("key", "group", "id")
@@ -200,27 +248,37 @@ def label_conflicts(records: DataFrame) -> DataFrame:
 
     Columns: key (hex of the normalised-text hash), text (one sample, the first member's text
     -- of tied members the one read first -- truncated to 200 characters), labels (the distinct
-    canonical labels), n_members, members (array of (group, id, label), sorted).
+    canonical labels), n_members, members (array of (group, id, label), sorted by group, then
+    by id in its dataset's own order -- numerically for integer ids -- then by label).
     """
     import pyspark.sql.functions as F
+
+    require_columns(records, "match.label_conflicts",
+                    {"key": None, "group": None, "id": None, "id_num": None, "row": None,
+                     "text": None, "label": None, "label_canon": None}, "records")
 
     labelled = records.where(F.col("key").isNotNull() & F.col("label_canon").isNotNull())
     conflicting = (
         labelled.groupBy("key").agg(F.count_distinct("label_canon").alias("_k"))
         .where(F.col("_k") > 1).select("key")
     )
-    member = F.struct("group", "id", "label")
+    # When datasets mix id types the shared `id` column is a string, where "10" sorts before
+    # "9": members sort by `id_num` first (a group is one dataset, so its ids are all integers
+    # or all not), as overlaps' match_ids do (smallest_ids), and it is dropped afterwards.
+    member = F.struct("group", "id_num", "id", "label")
     # Members can tie (an id repeated in a group) while their texts differ (same normalised
     # text, other whitespace): of tied members the one read first gives the text (`row` is
     # unique within a group's dataset), so the sample does not depend on partitioning.
-    first = F.struct("group", "id", "label", "row")
+    first = F.struct("group", "id_num", "id", "label", "row")
     return (
         labelled.join(conflicting, "key")
         .groupBy("key")
         .agg(
             F.min_by("text", first).alias("text"),
             F.array_sort(F.collect_set("label_canon")).alias("labels"),
-            F.array_sort(F.collect_list(member)).alias("members"),
+            F.transform(F.array_sort(F.collect_list(member)),
+                        lambda m: F.struct(m["group"].alias("group"), m["id"].alias("id"),
+                                           m["label"].alias("label"))).alias("members"),
         )
         .select(F.lower(F.hex("key")).alias("key"),
                 F.substring("text", 1, SAMPLE_TEXT_CHARS).alias("text"),

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from leakcheck_spark import minhash as mh
+from leakcheck_spark.errors import require_columns
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pyarrow as pa
@@ -66,6 +67,8 @@ _MIN_WINDOW = 16
 _AT_THRESHOLD = 0.94
 # Signature values held at once while signing (16,384 texts at P = 128; 8 MiB).
 _SIGNATURE_VALUES = 1 << 21
+# The records near matching reads: texts go to Python workers, keys come back declared binary.
+_RECORDS = {"key": "binary", "text": "string", "dataset": None, "row": None}
 
 
 def lsh_layout(threshold: float, num_perm: int) -> tuple[int, int]:
@@ -124,6 +127,7 @@ def representatives(records: DataFrame, sides: Column | None = None) -> DataFram
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
+    require_columns(records, "near.representatives", _RECORDS, "records")
     # A row_number window rather than ``min_by(text, ...)`` per key: Spark keeps only each key's
     # first row on both sides of the shuffle (a key with 100,000 copies ships one text per task),
     # as the partial aggregation did, at a lower cost (benchmarks/RESULTS.md).
@@ -144,6 +148,8 @@ def sign(reps: DataFrame, opts: Options) -> DataFrame:
     flat long columns go from Arrow to Spark's sorter with no explode in between."""
     import pyarrow as pa
 
+    require_columns(reps, "near.sign", {"key": None, "text": "string"},
+                    "representatives (near.representatives)")
     bands, _ = lsh_layout(opts.threshold, opts.num_perm)
     extra = ["side"] if "side" in reps.columns else []
 
@@ -180,6 +186,8 @@ def buckets(signed: DataFrame) -> DataFrame:
     a ``collect_set`` aggregation by bucket, which builds an object for every bucket."""
     import pyarrow as pa
 
+    require_columns(signed, "near.buckets", {"band": "int", "h": "bigint", "id": "bigint"},
+                    "band rows (near.sign)")
     both = "side" in signed.columns
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -212,6 +220,9 @@ def distinct_buckets(bucketed: DataFrame) -> DataFrame:
     (they would verify the same pairs)."""
     import pyspark.sql.functions as F
 
+    require_columns(bucketed, "near.distinct_buckets", {"band": None, "h": None, "ids": None},
+                    "buckets (near.buckets)")
+
     return (bucketed.groupBy("ids").agg(F.min(F.struct("band", "h")).alias("first"))
             .select("first.band", "first.h", "ids"))
 
@@ -241,6 +252,10 @@ def member_sets(reps: DataFrame, bucketed: DataFrame, opts: Options,
     import pyarrow as pa
     import pyspark.sql.functions as F
 
+    require_columns(reps, "near.member_sets", {"key": "binary", "text": "string"},
+                    "representatives (near.representatives)")
+    require_columns(bucketed, "near.member_sets", {"band": None, "ids": "array<bigint>"},
+                    "buckets (near.buckets)")
     per_id = (bucketed.select("band", F.size("ids").alias("n"), F.explode("ids").alias("id"))
               .groupBy("id").agg(F.collect_list(F.when(F.col("n") > full_bucket, F.col("band")))
                                  .alias("windowed")))
@@ -519,6 +534,11 @@ def verify(members: DataFrame, threshold: float, full_bucket: int = FULL_BUCKET)
     per key per bucket."""
     import pyspark.sql.functions as F
 
+    require_columns(members, "near.verify",
+                    {"band": None, "h": None, "key": "binary", "shingles": "binary",
+                     "bands": "array<bigint>", "windowed": "array<int>"},
+                    "bucket members (near.member_sets)")
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in _whole_buckets(batches):
             yield from verify_block(rb, threshold, full_bucket)
@@ -544,6 +564,7 @@ def near_edges(records: DataFrame, opts: Options, full_bucket: int = FULL_BUCKET
     import pyspark.sql.functions as F
     from pyspark import StorageLevel
 
+    require_columns(records, "near.near_edges", _RECORDS, "records")
     level = StorageLevel.MEMORY_AND_DISK
     reps = representatives(records, sides).persist(level)
     bucketed = buckets(sign(reps, opts)).persist(level)
@@ -568,6 +589,7 @@ def unit_match_edges(records: DataFrame, opts: Options, sides: Column | None = N
     them by unit (``as_units``)."""
     from leakcheck_spark import match
 
+    require_columns(records, "near.unit_match_edges", {**_RECORDS, "unit": "binary"}, "records")
     near, cached = near_edges(match.as_units(records), opts, sides=sides)
     return match.unit_edges(records).unionByName(near), cached
 

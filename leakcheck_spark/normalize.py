@@ -72,6 +72,8 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from leakcheck_spark.errors import BAD_VALUE, USAGE, LeakcheckError
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
     from pyspark.sql import DataFrame
@@ -162,36 +164,43 @@ _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
 
 # --- validation ---------------------------------------------------------------
+#
+# The library's one error type (STYLE rule 5), so that a caller of these plain functions can
+# handle a bad call as the CLI does.  The options are checked once per call (per batch in the
+# ``*_series`` helpers), never per record; a record is only looked at when it is not a string,
+# the one branch where the hot loops already call out (:func:`_null_or_raise`).
+
+
+def _bad_option(name: str, value: Any, expected: str) -> LeakcheckError:
+    return LeakcheckError(USAGE, f"{name} {value!r} is not valid: expected {expected}",
+                          f"pass {name}= as documented in leakcheck_spark.normalize")
 
 
 def _check_normalizer(normalizer: str) -> None:
-    """Raise ValueError unless ``normalizer`` is one of :data:`NORMALIZERS`."""
+    """Raise LeakcheckError(LC_E_USAGE) unless ``normalizer`` is one of :data:`NORMALIZERS`."""
     if normalizer not in NORMALIZERS:
-        raise ValueError(
-            f"unknown normalizer {normalizer!r}; allowed values: {', '.join(NORMALIZERS)}"
-        )
+        raise _bad_option("normalizer", normalizer, "one of " + ", ".join(NORMALIZERS))
 
 
 def _check_lang(lang: str) -> None:
-    """Raise ValueError unless ``lang`` is one of :data:`LANGS`."""
+    """Raise LeakcheckError(LC_E_USAGE) unless ``lang`` is one of :data:`LANGS`."""
     if lang not in LANGS:
-        raise ValueError(f"unknown lang {lang!r}; allowed values: {', '.join(LANGS)}")
+        raise _bad_option("lang", lang, "one of " + ", ".join(LANGS))
 
 
 def _check_max_chars(max_chars: Any) -> int | None:
-    """Return ``max_chars`` as an int (or None); ValueError unless None or > 0."""
+    """Return ``max_chars`` as an int (or None); LeakcheckError(LC_E_USAGE) unless None or > 0."""
     if max_chars is None:
         return None
+    expected = "None or a positive integer"
     if isinstance(max_chars, bool):
-        raise ValueError(f"max_chars must be None or a positive integer, got {max_chars!r}")
+        raise _bad_option("max_chars", max_chars, expected)
     try:
         value = operator.index(max_chars)
     except TypeError:
-        raise ValueError(
-            f"max_chars must be None or a positive integer, got {max_chars!r}"
-        ) from None
+        raise _bad_option("max_chars", max_chars, expected) from None
     if value <= 0:
-        raise ValueError(f"max_chars must be None or a positive integer, got {max_chars!r}")
+        raise _bad_option("max_chars", max_chars, expected)
     return value
 
 
@@ -217,10 +226,24 @@ def _is_null(value: Any) -> bool:
 
 
 def _null_or_raise(value: Any) -> None:
-    """Return None for a null value; a non-string non-null value is a TypeError."""
+    """Return None for a null value; a non-string non-null value is LeakcheckError(BAD_VALUE)."""
     if _is_null(value):
         return None
-    raise TypeError(f"expected str or None, got {type(value).__name__}: {value!r}")
+    raise LeakcheckError(BAD_VALUE, f"a text must be a str or None (null), not "
+                         f"{type(value).__name__}: {_short_repr(value)}",
+                         "decode bytes and convert other values to str before normalising")
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_text(text: Any) -> None:
+    """For the single-text public functions: LeakcheckError(BAD_VALUE) unless a str."""
+    if not isinstance(text, str):
+        raise LeakcheckError(BAD_VALUE, f"a text must be a str, not {type(text).__name__}: "
+                             f"{_short_repr(text)}")
 
 
 # --- comment stripping ----------------------------------------------------------
@@ -255,7 +278,7 @@ def _strip_auto(text: str) -> str:
     """Remove comments in the language chosen by :func:`detect_lang`."""
     if "/" not in text and "#" not in text:
         return text
-    if detect_lang(text) == "python":
+    if _detect_lang(text) == "python":
         return _strip_python(text)
     return _strip_c(text)
 
@@ -277,6 +300,12 @@ def detect_lang(text: str) -> str:
     >>> detect_lang("int f(int x) {\\n    return x; // id\\n}\\n")
     'c'
     """
+    _check_text(text)
+    return _detect_lang(text)
+
+
+def _detect_lang(text: str) -> str:
+    """:func:`detect_lang` without the argument check: called per record under ``auto``."""
     if not text:
         return "c"
     # A leading "\n" lets the first line match the "\n"-anchored branches.
@@ -298,6 +327,7 @@ def strip_comments(text: str, lang: str = "c") -> str:
     "s = '#'  \\nt = 1"
     """
     _check_lang(lang)
+    _check_text(text)
     return _STRIPPERS[lang](text)
 
 
@@ -379,6 +409,8 @@ def text_key(normalized: str | None) -> bytes | None:
     >>> len(text_key("abc")), text_key(""), text_key(None)
     (16, None, None)
     """
+    if not isinstance(normalized, str):
+        return _null_or_raise(normalized)
     if not normalized:
         return None
     h = _KEY_HASHER.copy()
@@ -504,9 +536,11 @@ def with_keys(records: DataFrame, normalizer: str = "whitespace", lang: str = "c
     A vectorised pandas UDF over Arrow batches; the key is 128 bits, so distinct normalised
     texts collide with negligible probability and the texts themselves are never shuffled.
     """
+    from leakcheck_spark.errors import require_columns
     from leakcheck_spark.udf import series_udf
 
     name, fn, kind = key_column(normalizer, lang, max_chars)
+    require_columns(records, "normalize.with_keys", {"text": "string"}, "records")
     return records.withColumn(name, series_udf(fn, kind)("text"))
 
 

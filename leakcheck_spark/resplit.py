@@ -85,6 +85,8 @@ def reassign(members: DataFrame, priority: Sequence[str]) -> DataFrame:
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
+    errors.require_columns(members, "resplit.reassign", {"split": None, "group_id": None},
+                           "members")
     target = F.min(split_rank(F.col("split"), priority)).over(Window.partitionBy("group_id"))
     return (members.withColumn("_target", target["name"])
             .withColumnRenamed("split", "original_split")

@@ -173,3 +173,55 @@ def test_write_refuses_an_unknown_format_and_reports_the_one_used(spark, two, tm
         "similarity string"), ignore_row_order=True)
     res.unpersist()
     rs.unpersist()
+
+
+RECORDS_DDL = ("dataset string, split string, group string, id string, row long, text string, "
+               "label string, label_canon string, id_num long")
+
+
+def test_stages_compose_and_name_the_columns_they_miss(spark):
+    # SPEC 10: stages are DataFrame -> DataFrame a user composes.  Composed in order they give
+    # the audit's overlaps; given a frame without a column they read, they used to fail with
+    # Spark's AnalysisException from somewhere inside; now with the stage and what it needs.
+    import pyspark.sql.functions as F
+
+    from leakcheck_spark import match, near
+    from leakcheck_spark.errors import BAD_VALUE, MISSING_FIELD
+    from leakcheck_spark.normalize import with_keys
+
+    records = spark.createDataFrame([
+        ("a", "train", "a/train", "0", 0, "x = 1", None, None, 0),
+        ("b", "test", "b/test", "k", 0, "x=1", None, None, None),
+        ("b", "test", "b/test", "m", 1, "y", None, None, None),
+    ], RECORDS_DDL).transform(with_keys)
+    kg = match.key_groups(records)
+    reached = match.reach(kg, match.exact_edges(match.copied_keys(kg)))
+    assert_df_equality(
+        match.overlaps(records, reached),
+        spark.createDataFrame([("a/train", "0", "b/test", ["k"], "exact", 1.0),
+                               ("b/test", "k", "a/train", ["0"], "exact", 1.0)],
+                              "from string, id string, to string, match_ids array<string>, "
+                              "match string, similarity double"),
+        ignore_row_order=True, ignore_nullable=True)
+
+    def fails(call, code, *words):
+        with pytest.raises(L.LeakcheckError) as info:
+            call()
+        assert info.value.code == code
+        for w in words:
+            assert w in info.value.message
+        return info.value
+
+    err = fails(lambda: match.key_groups(records.drop("key")), MISSING_FIELD,
+                "stage match.key_groups needs column(s) key in records",
+                "columns present: dataset, split, group, id, row, text")
+    assert "key, group, dataset" in err.hint
+    fails(lambda: match.overlaps(records.drop("id_num"), reached), MISSING_FIELD,
+          "match.overlaps", "id_num")
+    fails(lambda: match.reach(kg, kg), MISSING_FIELD, "match.reach", "other in edges")
+    fails(lambda: match.label_conflicts(records.drop("label_canon", "row")), MISSING_FIELD,
+          "row, label_canon")
+    fails(lambda: with_keys(records.withColumn("text", F.lit(1))), BAD_VALUE,
+          "stage normalize.with_keys needs column text of records to be string, not int")
+    fails(lambda: near.near_edges(records.withColumn("key", F.hex("key")), L.Options(near=True)),
+          BAD_VALUE, "near.near_edges", "key", "binary, not string")

@@ -218,6 +218,52 @@ def test_match_ids_are_the_five_smallest_distinct_ids(spark, tmp_path):
     assert rows[("b/train", 1)] == [9]
 
 
+def test_ids_sort_as_their_datasets_type_when_datasets_mix_id_types(spark, tmp_path):
+    # a's ids are row indexes, b's strings, so the shared id column is a string.  Members and
+    # match_ids list a's ids as numbers (9 before 10), as they do when every id is an integer;
+    # before, label conflict members sorted "10" before "9".
+    from leakcheck_spark.normalize import text_key
+
+    write_jsonl(tmp_path / "a.jsonl", [{"t": f"t{i}", "l": 0} for i in range(9)]
+                + [{"t": "dup", "l": 1}, {"t": "d u p", "l": 0}])
+    write_jsonl(tmp_path / "b.jsonl", [{"t": "dup", "l": True, "u": "z"}])
+    res = audit([Source("a", str(tmp_path / "a.jsonl"), split="train", text_field="t",
+                        label_field="l"),
+                 Source("b", str(tmp_path / "b.jsonl"), split="test", text_field="t",
+                        label_field="l", id_field="u")], Options(), spark=spark)
+    assert_df_equality(res.label_conflicts, spark.createDataFrame(
+        [(text_key("dup").hex(), "dup", ["0", "1"], 3,
+          [("a/train", "9", "1"), ("a/train", "10", "0"), ("b/test", "z", "true")])],
+        "key string, text string, labels array<string>, n_members int, "
+        "members array<struct<group string, id string, label string>>"), ignore_nullable=True)
+    assert [m["id"] for m in res.conflict_sample[0]["members"]] == [9, 10, "z"]
+    assert_df_equality(res.overlaps, spark.createDataFrame(
+        [("a/train", "9", "b/test", ["z"], "exact", 1.0),
+         ("a/train", "10", "b/test", ["z"], "exact", 1.0),
+         ("b/test", "z", "a/train", ["9", "10"], "exact", 1.0)],
+        "from string, id string, to string, match_ids array<string>, match string, "
+        "similarity double"), ignore_row_order=True, ignore_nullable=True)
+    res.unpersist()
+
+
+def test_an_exact_rows_match_ids_are_its_exact_matches(spark, tmp_path):
+    # x's record is copied in y (id 1) and near-copied there too (id 0, one token more): its
+    # overlap row is exact, and lists the copy only; before, it listed [0, 1].
+    base = " ".join(f"w{i}" for i in range(40))
+    write_jsonl(tmp_path / "x.jsonl", [{"t": base}])
+    write_jsonl(tmp_path / "y.jsonl", [{"t": base + " extra"}, {"t": base}])
+    res = audit([Source("x", str(tmp_path / "x.jsonl"), split="test", text_field="t"),
+                 Source("y", str(tmp_path / "y.jsonl"), split="train", text_field="t")],
+                Options(near=True), spark=spark)
+    assert_df_equality(res.overlaps, spark.createDataFrame(
+        [("x/test", 0, "y/train", [1], "exact", 1.0),
+         ("y/train", 1, "x/test", [0], "exact", 1.0),
+         ("y/train", 0, "x/test", [0], "near", 36 / 37)],   # 36 shingles shared of 37
+        "from string, id long, to string, match_ids array<bigint>, match string, "
+        "similarity double"), ignore_row_order=True, ignore_nullable=True)
+    res.unpersist()
+
+
 def test_a_text_with_thousands_of_copies(spark, tmp_path):
     n = 3000
     write_jsonl(tmp_path / "a.jsonl", [{"t": "int boiler(void) { return 0; }", "y": i % 2}
@@ -291,7 +337,9 @@ def test_matrices_and_overlaps_agree_with_brute_force_over_records(spark, units)
             cells.setdefault((r[2], g), set()).add(r[4])
             if g != r[2]:
                 exact = any(m[0] for _, m in found)
-                ids = [s[4] for s, _ in sorted(found, key=lambda x: (x[0][5], x[0][4]))][:5]
+                # An exact row lists its exact matches only (records of g with its key).
+                kind = [(s, m) for s, m in found if m[0] == exact]
+                ids = [s[4] for s, _ in sorted(kind, key=lambda x: (x[0][5], x[0][4]))][:5]
                 expected.append((r[2], r[4], g, ids, "exact" if exact else "near",
                                  1.0 if exact else max(m[1] for _, m in found)))
     got = sorted(tuple(x) for x in match.overlaps(df, reached).collect())

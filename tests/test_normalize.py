@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from leakcheck_spark import normalize as nz
+from leakcheck_spark.errors import BAD_VALUE, USAGE, LeakcheckError
 from leakcheck_spark.normalize import (
     LANGS,
     NORMALIZERS,
@@ -164,10 +165,11 @@ def test_max_chars_applies_to_tokens():
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "3", True])
 def test_max_chars_invalid(bad):
-    with pytest.raises(ValueError, match="max_chars"):
+    with pytest.raises(LeakcheckError, match="max_chars .* expected None or a positive integer"):
         normalize("abc", max_chars=bad)
-    with pytest.raises(ValueError, match="max_chars"):
+    with pytest.raises(LeakcheckError, match="max_chars") as info:
         key_series(pd.Series(["abc"]), "whitespace", "c", bad)
+    assert info.value.code == USAGE
 
 
 def test_max_chars_numpy_int():
@@ -177,34 +179,48 @@ def test_max_chars_numpy_int():
 # --- validation ---------------------------------------------------------------------
 
 
+# The library's one error type (STYLE rule 5), with the code the CLI would print: a bad option
+# is a usage error, a text that is not a string a bad value.  Before: ValueError and TypeError
+# (or AttributeError from text_key, "not iterable" from strip_comments).
+
+
 def test_unknown_normalizer():
-    with pytest.raises(ValueError, match="exact, whitespace, code"):
+    with pytest.raises(LeakcheckError, match="normalizer 'lower' is not valid: expected one of "
+                                             "exact, whitespace, code") as info:
         normalize("a", "lower")
-    with pytest.raises(ValueError, match="normalizer"):
+    assert info.value.code == USAGE
+    with pytest.raises(LeakcheckError, match="normalizer"):
         tokens("a", "lower")
-    with pytest.raises(ValueError, match="normalizer"):
+    with pytest.raises(LeakcheckError, match="normalizer"):
         normalize_series(pd.Series(["a"]), "lower", "c", None)
-    with pytest.raises(ValueError, match="normalizer"):
+    with pytest.raises(LeakcheckError, match="normalizer"):
         key_series(pd.Series(["a"]), "lower", "c", None)
 
 
 def test_unknown_lang():
-    with pytest.raises(ValueError, match="c, python, auto"):
+    with pytest.raises(LeakcheckError, match="lang 'java' is not valid: expected one of c, "
+                                             "python, auto") as info:
         strip_comments("a", "java")
-    with pytest.raises(ValueError, match="lang"):
+    assert info.value.code == USAGE
+    with pytest.raises(LeakcheckError, match="lang"):
         normalize("a", "code", "java")
     # the lang is validated even when the normaliser ignores it
-    with pytest.raises(ValueError, match="lang"):
+    with pytest.raises(LeakcheckError, match="lang"):
         normalize("a", "whitespace", "java")
-    with pytest.raises(ValueError, match="lang"):
+    with pytest.raises(LeakcheckError, match="lang"):
         key_series(pd.Series(["a"]), "code", "java", None)
 
 
-def test_non_string_rejected():
-    with pytest.raises(TypeError):
-        normalize(123)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
-        key_series(pd.Series([b"abc"]), "whitespace", "c", None)
+@pytest.mark.parametrize("call", [
+    lambda t: normalize(t), lambda t: tokens(t), lambda t: text_key(t),
+    lambda t: strip_comments(t), lambda t: detect_lang(t),
+    lambda t: key_series(pd.Series(["ok", t]), "whitespace", "c", None),
+    lambda t: unit_series(pd.Series(["ok", t]), "code", "c", None),
+])
+def test_non_string_rejected(call):
+    with pytest.raises(LeakcheckError, match="a text must be a str.*, not bytes: b'abc'") as info:
+        call(b"abc")
+    assert info.value.code == BAD_VALUE
 
 
 # --- C comment stripping ----------------------------------------------------------------
