@@ -15,7 +15,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from leakcheck_spark import __version__, errors
+from leakcheck_spark import __version__, config, errors
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
 from leakcheck_spark.options import FORMATS, MAX_LENGTH, MAX_NUM_PERM, Options, Source
@@ -201,8 +201,6 @@ def build_parser() -> argparse.ArgumentParser:
 def expand_config(argv: list[str]) -> list[str]:
     """argv with ``--config FILE`` replaced by the flags the file stands for, placed right after
     the command so that the command line's own flags win."""
-    from leakcheck_spark import config
-
     path, argv = config.split_config(argv)
     if path is None:
         return argv
@@ -281,7 +279,8 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
     an input directory (or the directory an input glob searches), as replacing it would delete
     the input -- except `in_place` (``clean --out`` naming its own ``--test`` file, read before it
     is replaced); may not be, hold or lie inside another output; a JSON file may not be an
-    existing directory; and a local output's parent may not be a file.
+    existing directory; and a local output's parent may not be a file.  The ``--config`` FILE is
+    an input too (the images a list or table names are checked by :func:`check_listed_images`).
 
     Raises:
         LeakcheckError: LC_E_USAGE, or LC_E_IO for a parent that is a file.
@@ -291,9 +290,9 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
     from leakcheck_spark.paths import comparable, is_local, local_path, within
     from leakcheck_spark.sources import TABLE_PREFIX
 
-    outs = [(flag, getattr(args, attr)) for attr, flag in OUTPUT_FLAGS
-            if getattr(args, attr, None) is not None and not (flag == "--json"
-                                                              and args.json == "-")]
+    if getattr(args, "config", None) is not None:
+        inputs = [*inputs, args.config]
+    outs = _outputs(args)
     for flag, path in outs:
         if not path.strip():
             raise LeakcheckError(errors.USAGE, f"{flag} is empty", f"give {flag} a path")
@@ -314,9 +313,7 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
             if within(where, src) or within(src, where):
                 what = ("is" if where == src else "holds" if within(src, where)
                         else "lies inside")
-                raise LeakcheckError(
-                    errors.USAGE, f"{flag} {path} {what} the input {source}: writing it would "
-                    "replace or mix with the input", "write the output somewhere else")
+                raise _over_input(flag, path, what, source)
         if not is_local(path):
             continue
         local = local_path(path)
@@ -337,6 +334,39 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
         if not os.path.isdir(parent):
             raise LeakcheckError(errors.IO, f"cannot write {flag} {path}: {parent} is not a "
                                  "directory", "give an output path under a directory")
+
+
+def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(flag, path) of each output the parsed `args` name (stdout is none)."""
+    return [(flag, getattr(args, attr)) for attr, flag in OUTPUT_FLAGS
+            if getattr(args, attr, None) is not None and not (flag == "--json"
+                                                              and args.json == "-")]
+
+
+def _over_input(flag: str, path: str, what: str, source: str) -> LeakcheckError:
+    return LeakcheckError(errors.USAGE, f"{flag} {path} {what} the input {source}: writing it "
+                          "would replace or mix with the input", "write the output somewhere else")
+
+
+def check_listed_images(spark: SparkSession, args: argparse.Namespace,
+                        sources: Sequence[Source], options) -> None:  # noqa: ANN001
+    """Refuse, before any image is hashed, an output that is or holds an image a ``.txt`` list
+    or a table names (:func:`check_outputs` covers the sources' own paths).
+
+    Raises:
+        LeakcheckError: LC_E_USAGE.
+    """
+    from leakcheck_spark.images import listed_inside
+    from leakcheck_spark.paths import comparable, within
+
+    outs = [(flag, path, comparable(path)) for flag, path in _outputs(args)]
+    hit = listed_inside(spark, sources, options, [where for _, _, where in outs])
+    if hit is None:
+        return
+    image, listed_in = hit
+    flag, path, where = next(o for o in outs if within(image, o[2]))
+    raise _over_input(flag, path, "is" if image == where else "holds",
+                      f"{image} (listed in {listed_in})")
 
 
 def _emit_json(spark: SparkSession, target: str, obj: dict) -> None:
@@ -488,6 +518,7 @@ def run_images(args: argparse.Namespace) -> int:
     check_outputs(args, [s.path for s in sources])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
+    check_listed_images(spark, args, sources, options)
     result = images(sources, options, spark=spark)
     if args.out_dir is not None:
         result.write(args.out_dir)
@@ -522,8 +553,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
     try:
         _Parser.command = argv[0] if argv and argv[0] in COMMANDS else ""
+        config_file = config.split_config(argv)[0]
         argv = expand_config(argv)
         args = build_parser().parse_args(argv)
+        # expand_config takes --config FILE out of argv; the file is an input of the run all
+        # the same, which check_outputs must know of.
+        args.config = config_file
         if args.command is None:
             build_parser().print_help(sys.stderr)
             raise LeakcheckError(errors.USAGE, "no command given",

@@ -415,6 +415,33 @@ def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused(cli, tmp_pat
         assert (tmp_path / "in" / "a.jsonl").read_bytes() == before
 
 
+def test_the_config_file_and_the_images_a_list_or_table_names_are_inputs_too(cli, tmp_path,
+                                                                             monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"t": "int a;"}])
+    (tmp_path / "job" / "job.toml").parent.mkdir()
+    (tmp_path / "job" / "job.toml").write_text('datasets = ["x=in/a.jsonl"]\ntext-field = "t"\n')
+    for flags, what in ((["--json", "job/job.toml"], "--json job/job.toml is"),
+                        (["--out-dir", "job"], "--out-dir job holds")):
+        rc, _, stderr = cli("audit", "--config", "job/job.toml", *flags)
+        assert rc == 2 and f"{what} the input job/job.toml: writing" in stderr, stderr
+    assert sorted(p.name for p in (tmp_path / "job").iterdir()) == ["job.toml"]
+    # The images a list or a table names may be anywhere, not under the list's own path.
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "0.png").write_bytes(b"not even an image")
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "l.txt").write_text("../imgs/0.png\n")
+    write_jsonl(tmp_path / "lists" / "t.jsonl", [{"p": str(tmp_path / "imgs" / "0.png")}])
+    for src, flags, what in (("lists/l.txt", ["--out-dir", "imgs"], "--out-dir imgs holds"),
+                             ("lists/t.jsonl", ["--path-field", "p", "--resplit-out", "imgs"],
+                              "--resplit-out imgs holds")):
+        rc, _, stderr = cli("images", "-d", f"x={src}", *flags)
+        assert rc == 2 and error_code(stderr) == "LC_E_USAGE", stderr
+        assert f"{what} the input {tmp_path / 'imgs' / '0.png'} (listed in {src})" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["imgs", "in", "job", "lists"]
+    assert [p.name for p in (tmp_path / "imgs").iterdir()] == ["0.png"]
+
+
 def test_clean_may_replace_its_own_test_file_but_no_other_input(cli, tmp_path):
     write_jsonl(tmp_path / "test.jsonl", [{"t": "int a;"}, {"t": "int z;"}])
     write_jsonl(tmp_path / "train.jsonl", [{"t": "int a;"}])
