@@ -8,12 +8,15 @@ The only module that prints and chooses exit codes: 0 success, 1 a requested fai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import signal
 import sys
-from typing import TYPE_CHECKING, Sequence
+import threading
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from leakcheck_spark import __version__, config, errors
 from leakcheck_spark.errors import LeakcheckError
@@ -541,8 +544,80 @@ def _print_report(spark: SparkSession, args: argparse.Namespace,
     result.unpersist()
 
 
+# Exit code of a run ended by SIGTERM: 128 + the signal number, as a shell reports a child the
+# signal ended (130 for Ctrl-C likewise), so a scheduler that sent it (a timeout, a pre-empted
+# node) tells "stopped on request" from 2 (bad input: retrying will not help) and 1 (leakage).
+# Returned rather than re-raised: main() returns its code to jobs/*.py and tests.
+EXIT_SIGTERM = 128 + signal.SIGTERM
+EXIT_SIGINT = 128 + signal.SIGINT
+
+
+# Set by the SIGTERM handler.  `timeout` and schedulers signal the whole process group: the
+# local JVM may die of the same SIGTERM first, so the run can fail on the lost JVM (a Py4J
+# error) before or instead of the handler's exception -- still an interrupted run, not a bug.
+_TERMINATED = threading.Event()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is: a KeyboardInterrupt, so it unwinds as Ctrl-C does --
+    outputs rolled back (outputs.all_or_nothing), staging removed, nothing half written."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    # Later SIGTERMs are ignored while the run unwinds, so they cannot cut the rollback short
+    # (a scheduler that will not wait sends SIGKILL; the next run then reports the leftovers).
+    # No JVM call here (PySpark's Ctrl-C handler cancels the jobs): the main thread may be inside
+    # one on the same pinned Py4J connection, and a nested call fails as a reentrant read.  The
+    # process ends right after the rollback, and the JVM with it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _TERMINATED.set()
+    raise Terminated
+
+
+def _no_interrupt_trace(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("KeyboardInterrupt while sending command")
+
+
+@contextlib.contextmanager
+def _quiet_py4j() -> Iterator[None]:
+    """No Py4J tracebacks on stderr inside the block: a JVM call cut by Ctrl-C or SIGTERM logs
+    one on the root logger (and its connection's shutdown on a JVM that died with it another on
+    ``py4j``); the run says "interrupted" in one line instead, and a JVM failure is one error
+    line anyway."""
+    root, py4j = logging.getLogger(), logging.getLogger("py4j")
+    level = py4j.level
+    root.addFilter(_no_interrupt_trace)
+    py4j.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        py4j.setLevel(level)
+        root.removeFilter(_no_interrupt_trace)
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` inside the block; the previous handler is restored
+    after it.  Only the CLI edge installs it (a library must not take over a process's
+    signals), and only Python's main thread can."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _TERMINATED.clear()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script, ``python -m leakcheck_spark`` and ``jobs/*.py``."""
+    with _quiet_py4j(), _sigterm_unwinds():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
     handler = logging.StreamHandler(sys.stderr)
@@ -566,13 +641,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.addHandler(handler)
         log.setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
         return run(args)
+    except KeyboardInterrupt as exc:
+        return _interrupted(isinstance(exc, Terminated))
     except LeakcheckError as err:
+        if _TERMINATED.is_set():
+            return _interrupted(True)
         _print_error(err, as_json)
         return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a stack trace
+        if _TERMINATED.is_set():
+            return _interrupted(True)
         err = errors.from_spark_exception(exc) or LeakcheckError(
             errors.IO, f"unexpected failure: {type(exc).__name__}: "
             f"{(str(exc).strip().splitlines() or [''])[0][:300]}",
@@ -582,6 +660,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         log.removeHandler(handler)
+
+
+def _interrupted(terminated: bool) -> int:
+    print(f"{PROG}: interrupted{' (SIGTERM)' if terminated else ''}", file=sys.stderr)
+    return EXIT_SIGTERM if terminated else EXIT_SIGINT
 
 
 def _print_error(err: LeakcheckError, as_json: bool) -> None:

@@ -517,6 +517,65 @@ def test_a_failure_after_the_first_output_puts_back_what_was_there(cli, data, mo
         assert (data / "c1.jsonl").read_text() == "old"
 
 
+def test_sigterm_rolls_back_like_ctrl_c_with_exit_143(cli, data, monkeypatch):
+    import os
+    import signal
+
+    from leakcheck_spark import outputs
+
+    def not_handled(*_):
+        raise RuntimeError("SIGTERM reached the test's own handler")
+
+    real_open = outputs._LocalFiles._open_write
+
+    def terminate(self, path):  # as `timeout` or a scheduler would, once --out-dir is in place
+        if "j.json" in path:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_open(self, path)
+
+    monkeypatch.setattr(outputs._LocalFiles, "_open_write", terminate)
+    (data / "rep").mkdir()
+    (data / "rep" / "old.txt").write_text("old")
+    previous = signal.signal(signal.SIGTERM, not_handled)
+    try:
+        rc, _, stderr = cli("audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func",
+                            "--out-dir", data / "rep", "--json", data / "j.json")
+        assert signal.getsignal(signal.SIGTERM) is not_handled  # main's handler is main's only
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert rc == 143 and stderr.strip().endswith("leakcheck-spark: interrupted (SIGTERM)"), stderr
+    assert sorted(p.name for p in data.iterdir()) == ["rep", "test.jsonl", "train.jsonl"]
+    assert [p.name for p in (data / "rep").iterdir()] == ["old.txt"]
+
+
+def test_what_a_killed_run_left_is_restored_or_reported_never_deleted(tmp_path, caplog):
+    from leakcheck_spark import outputs
+
+    final = tmp_path / "out"
+    old, tmp = tmp_path / ".out.lc-old-0a1b2c3d4e", tmp_path / ".out.lc-tmp-5f6a7b8c9d"
+    old.mkdir()
+    (old / "old.txt").write_text("old")
+    (tmp / "half").mkdir(parents=True)
+    with pytest.raises(RuntimeError), outputs.all_or_nothing():
+        with outputs.staged(None, str(final)) as staging:
+            Path(staging).mkdir()
+            (Path(staging) / "new.txt").write_text("new")
+        raise RuntimeError("this run fails too")
+    # The output the killed run had set aside is back in place; its staging is only reported.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [tmp.name, "out"]
+    assert [p.name for p in final.iterdir()] == ["old.txt"]
+    assert f"restored {final} from {old}" in caplog.text
+    assert f"{tmp} was left beside {final} by an interrupted run" in caplog.text
+    old.mkdir()  # one set aside beside the output: which is the user's latest is unknown
+    caplog.clear()
+    with outputs.all_or_nothing(), outputs.staged(None, str(final)) as staging:
+        Path(staging).mkdir()
+        (Path(staging) / "new.txt").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [old.name, tmp.name, "out"]
+    assert [p.name for p in final.iterdir()] == ["new.txt"]
+    assert f"{old} was left beside {final}" in caplog.text and "restored" not in caplog.text
+
+
 def test_json_file_gets_its_parent_directories(cli, data):
     rc, _, _ = cli("audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func", "--json",
                    data / "a" / "b" / "j.json")
