@@ -354,9 +354,11 @@ def listed_inside(spark: SparkSession, sources: Sequence[Source], opts: ImageOpt
 
     from leakcheck_spark.udf import series_udf
 
+    if not places:
+        return None
     frames = [read_images(spark, s, i, opts).select(F.lit(s.path).alias("source"), "path")
               for i, s in enumerate(sources) if _kind(s.path) != "files"]
-    if not frames or not places:
+    if not frames:
         return None
     listed = frames[0]
     for df in frames[1:]:
