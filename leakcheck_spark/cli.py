@@ -14,10 +14,12 @@ import io
 import json
 import logging
 import os
+import signal
 import sys
-from typing import TYPE_CHECKING, Sequence
+import threading
+from typing import TYPE_CHECKING, Iterator, Sequence
 
-from leakcheck_spark import __version__, errors
+from leakcheck_spark import __version__, config, errors
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.hf import PREFIX as HF_PREFIX
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
@@ -211,8 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
 def expand_config(argv: list[str]) -> list[str]:
     """argv with ``--config FILE`` replaced by the flags the file stands for, placed right after
     the command so that the command line's own flags win."""
-    from leakcheck_spark import config
-
     path, argv = config.split_config(argv)
     if path is None:
         return argv
@@ -306,7 +306,8 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
     an input directory (or the directory an input glob searches), as replacing it would delete
     the input -- except `in_place` (``clean --out`` naming its own ``--test`` file, read before it
     is replaced); may not be, hold or lie inside another output; a JSON file may not be an
-    existing directory; and a local output's parent may not be a file.
+    existing directory; and a local output's parent may not be a file.  The ``--config`` FILE is
+    an input too (the images a list or table names are checked by :func:`check_listed_images`).
 
     Raises:
         LeakcheckError: LC_E_USAGE, or LC_E_IO for a parent that is a file.
@@ -316,9 +317,9 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
     from leakcheck_spark.paths import comparable, is_local, local_path, within
     from leakcheck_spark.sources import TABLE_PREFIX
 
-    outs = [(flag, getattr(args, attr)) for attr, flag in OUTPUT_FLAGS
-            if getattr(args, attr, None) is not None and not (flag == "--json"
-                                                              and args.json == "-")]
+    if getattr(args, "config", None) is not None:
+        inputs = [*inputs, args.config]
+    outs = _outputs(args)
     for flag, path in outs:
         if not path.strip():
             raise LeakcheckError(errors.USAGE, f"{flag} is empty", f"give {flag} a path")
@@ -339,9 +340,7 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
             if within(where, src) or within(src, where):
                 what = ("is" if where == src else "holds" if within(src, where)
                         else "lies inside")
-                raise LeakcheckError(
-                    errors.USAGE, f"{flag} {path} {what} the input {source}: writing it would "
-                    "replace or mix with the input", "write the output somewhere else")
+                raise _over_input(flag, path, what, source)
         if not is_local(path):
             continue
         local = local_path(path)
@@ -362,6 +361,39 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
         if not os.path.isdir(parent):
             raise LeakcheckError(errors.IO, f"cannot write {flag} {path}: {parent} is not a "
                                  "directory", "give an output path under a directory")
+
+
+def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(flag, path) of each output the parsed `args` name (stdout is none)."""
+    return [(flag, getattr(args, attr)) for attr, flag in OUTPUT_FLAGS
+            if getattr(args, attr, None) is not None and not (flag == "--json"
+                                                              and args.json == "-")]
+
+
+def _over_input(flag: str, path: str, what: str, source: str) -> LeakcheckError:
+    return LeakcheckError(errors.USAGE, f"{flag} {path} {what} the input {source}: writing it "
+                          "would replace or mix with the input", "write the output somewhere else")
+
+
+def check_listed_images(spark: SparkSession, args: argparse.Namespace,
+                        sources: Sequence[Source], options) -> None:  # noqa: ANN001
+    """Refuse, before any image is hashed, an output that is or holds an image a ``.txt`` list
+    or a table names (:func:`check_outputs` covers the sources' own paths).
+
+    Raises:
+        LeakcheckError: LC_E_USAGE.
+    """
+    from leakcheck_spark.images import listed_inside
+    from leakcheck_spark.paths import comparable, within
+
+    outs = [(flag, path, comparable(path)) for flag, path in _outputs(args)]
+    hit = listed_inside(spark, sources, options, [where for _, _, where in outs])
+    if hit is None:
+        return
+    image, listed_in = hit
+    flag, path, where = next(o for o in outs if within(image, o[2]))
+    raise _over_input(flag, path, "is" if image == where else "holds",
+                      f"{image} (listed in {listed_in})")
 
 
 def _emit_json(spark: SparkSession, target: str, obj: dict) -> None:
@@ -529,6 +561,7 @@ def run_images(args: argparse.Namespace) -> int:
     check_outputs(args, [s.path for s in sources])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
+    check_listed_images(spark, args, sources, options)
     result = images(sources, options, spark=spark)
     if args.out_dir is not None:
         result.write(args.out_dir)
@@ -551,8 +584,80 @@ def _print_report(spark: SparkSession, args: argparse.Namespace,
     result.unpersist()
 
 
+# Exit code of a run ended by SIGTERM: 128 + the signal number, as a shell reports a child the
+# signal ended (130 for Ctrl-C likewise), so a scheduler that sent it (a timeout, a pre-empted
+# node) tells "stopped on request" from 2 (bad input: retrying will not help) and 1 (leakage).
+# Returned rather than re-raised: main() returns its code to jobs/*.py and tests.
+EXIT_SIGTERM = 128 + signal.SIGTERM
+EXIT_SIGINT = 128 + signal.SIGINT
+
+
+# Set by the SIGTERM handler.  `timeout` and schedulers signal the whole process group: the
+# local JVM may die of the same SIGTERM first, so the run can fail on the lost JVM (a Py4J
+# error) before or instead of the handler's exception -- still an interrupted run, not a bug.
+_TERMINATED = threading.Event()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is: a KeyboardInterrupt, so it unwinds as Ctrl-C does --
+    outputs rolled back (outputs.all_or_nothing), staging removed, nothing half written."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    # Later SIGTERMs are ignored while the run unwinds, so they cannot cut the rollback short
+    # (a scheduler that will not wait sends SIGKILL; the next run then reports the leftovers).
+    # No JVM call here (PySpark's Ctrl-C handler cancels the jobs): the main thread may be inside
+    # one on the same pinned Py4J connection, and a nested call fails as a reentrant read.  The
+    # process ends right after the rollback, and the JVM with it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _TERMINATED.set()
+    raise Terminated
+
+
+def _no_interrupt_trace(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("KeyboardInterrupt while sending command")
+
+
+@contextlib.contextmanager
+def _quiet_py4j() -> Iterator[None]:
+    """No Py4J tracebacks on stderr inside the block: a JVM call cut by Ctrl-C or SIGTERM logs
+    one on the root logger (and its connection's shutdown on a JVM that died with it another on
+    ``py4j``); the run says "interrupted" in one line instead, and a JVM failure is one error
+    line anyway."""
+    root, py4j = logging.getLogger(), logging.getLogger("py4j")
+    level = py4j.level
+    root.addFilter(_no_interrupt_trace)
+    py4j.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        py4j.setLevel(level)
+        root.removeFilter(_no_interrupt_trace)
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` inside the block; the previous handler is restored
+    after it.  Only the CLI edge installs it (a library must not take over a process's
+    signals), and only Python's main thread can."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _TERMINATED.clear()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script, ``python -m leakcheck_spark`` and ``jobs/*.py``."""
+    with _quiet_py4j(), _sigterm_unwinds():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
     handler = logging.StreamHandler(sys.stderr)
@@ -563,8 +668,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
     try:
         _Parser.command = argv[0] if argv and argv[0] in COMMANDS else ""
+        config_file = config.split_config(argv)[0]
         argv = expand_config(argv)
         args = build_parser().parse_args(argv)
+        # expand_config takes --config FILE out of argv; the file is an input of the run all
+        # the same, which check_outputs must know of.
+        args.config = config_file
         if args.command is None:
             build_parser().print_help(sys.stderr)
             raise LeakcheckError(errors.USAGE, "no command given",
@@ -572,13 +681,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.addHandler(handler)
         log.setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
         return run(args)
+    except KeyboardInterrupt as exc:
+        return _interrupted(isinstance(exc, Terminated))
     except LeakcheckError as err:
+        if _TERMINATED.is_set():
+            return _interrupted(True)
         _print_error(err, as_json)
         return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a stack trace
+        if _TERMINATED.is_set():
+            return _interrupted(True)
         err = errors.from_spark_exception(exc) or LeakcheckError(
             errors.IO, f"unexpected failure: {type(exc).__name__}: "
             f"{(str(exc).strip().splitlines() or [''])[0][:300]}",
@@ -588,6 +700,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         log.removeHandler(handler)
+
+
+def _interrupted(terminated: bool) -> int:
+    print(f"{PROG}: interrupted{' (SIGTERM)' if terminated else ''}", file=sys.stderr)
+    return EXIT_SIGTERM if terminated else EXIT_SIGINT
 
 
 def _print_error(err: LeakcheckError, as_json: bool) -> None:

@@ -37,12 +37,13 @@ from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import _pair_steps, _whole_buckets, bucket_partners
 from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source, as_sources, check_sources
-from leakcheck_spark.paths import is_local, local_path, spark_uri
+from leakcheck_spark.paths import is_local, local_path, resolved, spark_uri
 from leakcheck_spark.resplit import DEFAULT_PRIORITY, check_priority, reassign
 from leakcheck_spark.session import session_conf
 from leakcheck_spark.sources import BAD_SPLIT_HINT, TABLE_PREFIX, check_csv_header, read_csv
 
 if TYPE_CHECKING:
+    import pandas as pd
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
@@ -336,6 +337,49 @@ def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions
         raise err from None
     return df.select(F.lit(index).alias("_src"), F.lit(src.name).alias("dataset"), "split",
                      "id", "path", "content")
+
+
+def resolved_paths(paths: pd.Series) -> pd.Series:
+    """Each path resolved as :func:`paths.resolved` resolves it (symlinks and ``..`` for local
+    ones, from the executor's working directory as the executor reads it).
+
+    >>> import pandas as pd
+    >>> resolved_paths(pd.Series(["/a/./b", None, "s3a://x/y/"])).tolist()
+    ['/a/b', None, 's3a://x/y']
+    """
+    return paths.map(resolved, na_action="ignore")
+
+
+def listed_inside(spark: SparkSession, sources: Sequence[Source], opts: ImageOptions,
+                  places: Sequence[str]) -> tuple[str, str] | None:
+    """(an image file, the list or table naming it) where the image is one of `places`
+    (:func:`paths.comparable` forms) or lies inside one, else None.
+
+    A source's own path covers the files of a directory or glob, but not the images a ``.txt``
+    list or a table names by path, which may be anywhere: an output there would delete images the
+    run reads.  One Spark job over the paths only (no image is opened); its result is one row.
+    """
+    import pyspark.sql.functions as F
+
+    from leakcheck_spark.udf import series_udf
+
+    if not places:
+        return None
+    frames = [read_images(spark, s, i, opts).select(F.lit(s.path).alias("source"), "path")
+              for i, s in enumerate(sources) if _kind(s.path) != "files"]
+    if not frames:
+        return None
+    listed = frames[0]
+    for df in frames[1:]:
+        listed = listed.unionByName(df)
+    path = F.col("path")
+    inside = F.lit(False)
+    for place in places:
+        inside = inside | (path == place) | path.startswith(place.rstrip("/") + "/")
+    hit = (listed.where(path.isNotNull())
+           .select("source", series_udf(resolved_paths, "string")(_display("path")).alias("path"))
+           .where(inside).orderBy("path", "source").limit(1).collect())
+    return (hit[0].path, hit[0].source) if hit else None
 
 
 def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> DataFrame:  # noqa: ANN001

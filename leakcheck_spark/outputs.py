@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 # written as they are.
 CSV_WRITE = {"header": True, **CSV_DIALECT, "ignoreLeadingWhiteSpace": False,
              "ignoreTrailingWhiteSpace": False}
+
+log = logging.getLogger(__name__)
 
 # The moves into place of the current all_or_nothing block: (files, final, what it replaced, set
 # aside or None); a directory the block created has no aside.
@@ -74,6 +77,7 @@ def staged(spark: SparkSession, final: str) -> Iterator[str]:
     staging = _sibling(final, "lc-tmp")
     fs = _files(spark, final)
     fs.make_parents(_split(final)[0])
+    fs.recover(final)
     try:
         yield staging
         fs.replace(staging, final)
@@ -300,6 +304,35 @@ class _Files:
         elif aside is not None:
             self.delete(aside)
 
+    def recover(self, final: str) -> None:
+        """Deal with what a run killed without a chance to roll back (SIGKILL, a lost machine)
+        left beside `final`, before a new output is written there.
+
+        A killed run can leave its staging (``.NAME.lc-tmp-*``), and what it replaced set aside
+        (``.NAME.lc-old-*``) -- in the worst case (killed between the two renames of
+        :meth:`replace`) with no `final` at all.  Exactly one ``.lc-old`` and no `final` is
+        restored to `final`: it is what was there before the killed run, which that run's
+        rollback would have put back, and this run then replaces it as any output (kept if this
+        run fails, deleted once it succeeds).  Everything else is only reported, never deleted:
+        a staging path may belong to another run writing here right now, and with several
+        ``.lc-old`` (or one beside a `final`) which is the user's latest output cannot be told.
+        Neither collides with this run's own siblings (their names are unique) nor is read as
+        input (Spark's file listing skips hidden names).
+        """
+        parent, name = _split(final)
+        try:
+            entries = self.list(parent)
+        except Exception:  # noqa: BLE001 - a parent that cannot be listed: nothing to recover
+            return
+        old = [p for p in entries if _split(p)[1].startswith(f".{name}.lc-old-")]
+        if len(old) == 1 and not self.exists(final):
+            self.rename(old[0], final)
+            log.warning("restored %s from %s, left by an interrupted run", final, old[0])
+            old = []
+        for path in [p for p in entries if _split(p)[1].startswith(f".{name}.lc-tmp-")] + old:
+            log.warning("%s was left beside %s by an interrupted run; delete it once no other "
+                        "run is writing there", path, final)
+
     def make_parents(self, path: str) -> None:
         """Create directory `path` and its missing parents (inside :func:`all_or_nothing`,
         local ones are removed again if the block fails)."""
@@ -324,6 +357,7 @@ class _Files:
         tmp = _sibling(path, "lc-tmp")
         try:
             self.make_parents(parent)
+            self.recover(path)
             with self._open_write(tmp) as fh:
                 fh.writelines(chunks)
             self.replace(tmp, path)

@@ -49,6 +49,15 @@ def comparable(path: str) -> str:
     if glob:
         head = path[:glob.start()]
         path = (head.rsplit("/", 1)[0] or "/") if "/" in head else "."
+    return resolved(path)
+
+
+def resolved(path: str) -> str:
+    """:func:`comparable` for a path that is not a glob (a file a list names may hold ``[``).
+
+    >>> resolved("s3a://b/img[1].png"), resolved("/a/b/../c/")
+    ('s3a://b/img[1].png', '/a/c')
+    """
     if is_local(path):
         return os.path.realpath(local_path(path))
     return path.rstrip("/") or path

@@ -54,6 +54,23 @@ def test_clean_without_dedup_keeps_repeats(cli, tmp_path):
     assert out.read_text() == '{"f": "x"}\n{"f": "x"}\n'
 
 
+def test_clean_of_jsonl_with_a_bom_keeps_its_first_line_without_the_bom(cli, tmp_path):
+    # The BOM marks the start of the file, not of the record: a kept line is the line as written
+    # after it, so the output never holds a BOM in the middle (the first kept line need not be
+    # the first input line) and stays plain UTF-8 like every other output.
+    lines = ['{"id": "k1", "t": "int z;"}', '{"id": "k2", "t": "int  z;"}', '{"id": "k3", "t": "a"}']
+    (tmp_path / "t.jsonl").write_bytes(("\ufeff" + "\n".join(lines) + "\n").encode("utf-8"))
+    (tmp_path / "a.txt").write_text("a\n", encoding="utf-8")
+    out, report = tmp_path / "o.jsonl", tmp_path / "r.json"
+    code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                     f"a={tmp_path / 'a.txt'}", "--text-field", "t", "--id-field", "id",
+                     "-o", "a.id=", "--dedup", "--out", out, "--report", report)
+    assert code == 0 and out.read_bytes() == (lines[0] + "\n").encode("utf-8")
+    assert json.loads(report.read_text())["dropped"] == [  # k1 read with its key and id
+        {"id": "k2", "reason": "duplicate", "match_ids": ["k1"], "similarity": 1.0},
+        {"id": "k3", "reason": "against", "match_ids": [0], "similarity": 1.0}]
+
+
 def test_clean_csv_keeps_columns_and_values(cli, tmp_path):
     rows = [["id", "text", "note"], ["1", 'say "hi"\nthere', "a,b"], ["2", "leak", ""],
             ["3", "fine", "z"]]

@@ -440,6 +440,33 @@ def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused(cli, tmp_pat
         assert (tmp_path / "in" / "a.jsonl").read_bytes() == before
 
 
+def test_the_config_file_and_the_images_a_list_or_table_names_are_inputs_too(cli, tmp_path,
+                                                                             monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"t": "int a;"}])
+    (tmp_path / "job" / "job.toml").parent.mkdir()
+    (tmp_path / "job" / "job.toml").write_text('datasets = ["x=in/a.jsonl"]\ntext-field = "t"\n')
+    for flags, what in ((["--json", "job/job.toml"], "--json job/job.toml is"),
+                        (["--out-dir", "job"], "--out-dir job holds")):
+        rc, _, stderr = cli("audit", "--config", "job/job.toml", *flags)
+        assert rc == 2 and f"{what} the input job/job.toml: writing" in stderr, stderr
+    assert sorted(p.name for p in (tmp_path / "job").iterdir()) == ["job.toml"]
+    # The images a list or a table names may be anywhere, not under the list's own path.
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "0.png").write_bytes(b"not even an image")
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "l.txt").write_text("../imgs/0.png\n")
+    write_jsonl(tmp_path / "lists" / "t.jsonl", [{"p": str(tmp_path / "imgs" / "0.png")}])
+    for src, flags, what in (("lists/l.txt", ["--out-dir", "imgs"], "--out-dir imgs holds"),
+                             ("lists/t.jsonl", ["--path-field", "p", "--resplit-out", "imgs"],
+                              "--resplit-out imgs holds")):
+        rc, _, stderr = cli("images", "-d", f"x={src}", *flags)
+        assert rc == 2 and error_code(stderr) == "LC_E_USAGE", stderr
+        assert f"{what} the input {tmp_path / 'imgs' / '0.png'} (listed in {src})" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["imgs", "in", "job", "lists"]
+    assert [p.name for p in (tmp_path / "imgs").iterdir()] == ["0.png"]
+
+
 def test_clean_may_replace_its_own_test_file_but_no_other_input(cli, tmp_path):
     write_jsonl(tmp_path / "test.jsonl", [{"t": "int a;"}, {"t": "int z;"}])
     write_jsonl(tmp_path / "train.jsonl", [{"t": "int a;"}])
@@ -513,6 +540,65 @@ def test_a_failure_after_the_first_output_puts_back_what_was_there(cli, data, mo
                                                           "train.jsonl"]
         assert [p.name for p in (data / "rep").iterdir()] == ["old.txt"]
         assert (data / "c1.jsonl").read_text() == "old"
+
+
+def test_sigterm_rolls_back_like_ctrl_c_with_exit_143(cli, data, monkeypatch):
+    import os
+    import signal
+
+    from leakcheck_spark import outputs
+
+    def not_handled(*_):
+        raise RuntimeError("SIGTERM reached the test's own handler")
+
+    real_open = outputs._LocalFiles._open_write
+
+    def terminate(self, path):  # as `timeout` or a scheduler would, once --out-dir is in place
+        if "j.json" in path:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_open(self, path)
+
+    monkeypatch.setattr(outputs._LocalFiles, "_open_write", terminate)
+    (data / "rep").mkdir()
+    (data / "rep" / "old.txt").write_text("old")
+    previous = signal.signal(signal.SIGTERM, not_handled)
+    try:
+        rc, _, stderr = cli("audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func",
+                            "--out-dir", data / "rep", "--json", data / "j.json")
+        assert signal.getsignal(signal.SIGTERM) is not_handled  # main's handler is main's only
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert rc == 143 and stderr.strip().endswith("leakcheck-spark: interrupted (SIGTERM)"), stderr
+    assert sorted(p.name for p in data.iterdir()) == ["rep", "test.jsonl", "train.jsonl"]
+    assert [p.name for p in (data / "rep").iterdir()] == ["old.txt"]
+
+
+def test_what_a_killed_run_left_is_restored_or_reported_never_deleted(tmp_path, caplog):
+    from leakcheck_spark import outputs
+
+    final = tmp_path / "out"
+    old, tmp = tmp_path / ".out.lc-old-0a1b2c3d4e", tmp_path / ".out.lc-tmp-5f6a7b8c9d"
+    old.mkdir()
+    (old / "old.txt").write_text("old")
+    (tmp / "half").mkdir(parents=True)
+    with pytest.raises(RuntimeError), outputs.all_or_nothing():
+        with outputs.staged(None, str(final)) as staging:
+            Path(staging).mkdir()
+            (Path(staging) / "new.txt").write_text("new")
+        raise RuntimeError("this run fails too")
+    # The output the killed run had set aside is back in place; its staging is only reported.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [tmp.name, "out"]
+    assert [p.name for p in final.iterdir()] == ["old.txt"]
+    assert f"restored {final} from {old}" in caplog.text
+    assert f"{tmp} was left beside {final} by an interrupted run" in caplog.text
+    old.mkdir()  # one set aside beside the output: which is the user's latest is unknown
+    caplog.clear()
+    with outputs.all_or_nothing(), outputs.staged(None, str(final)) as staging:
+        Path(staging).mkdir()
+        (Path(staging) / "new.txt").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [old.name, tmp.name, "out"]
+    assert [p.name for p in final.iterdir()] == ["new.txt"]
+    assert f"{old} was left beside {final}" in caplog.text and "restored" not in caplog.text
 
 
 def test_json_file_gets_its_parent_directories(cli, data):
