@@ -207,6 +207,9 @@ def _translate(exc: BaseException) -> LeakcheckError:
 _MISSING = object()
 
 
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def parse_object(obj: object, src: Source) -> tuple:
     """The record fields of one JSON value: (split, id, id_int, text, label, label_canon,
     has_label, has_split, err).  `err` is an encoded row error or None; messages contain
@@ -248,7 +251,9 @@ def parse_object(obj: object, src: Source) -> tuple:
                 errors.MISSING_FIELD,
                 f"id field {src.id_field!r} not in {{where}}; fields present: {_fields(obj)}",
             )
-        id_int = isinstance(value, int) and not isinstance(value, bool)
+        # An integer id orders numerically as a long; one beyond a long's range (a JSON
+        # number has none) is an id like any other text, not a failed cast.
+        id_int = type(value) is int and _LONG_MIN <= value <= _LONG_MAX
         ident = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     label, canon, has_label = None, None, False
     if src.label_field:

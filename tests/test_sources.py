@@ -114,6 +114,16 @@ def test_integer_ids_stay_integers_and_typed_labels_canonicalise(spark, tmp_path
     assert_df_equality(records(spark, [src]), expected, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_a_json_integer_id_beyond_a_long_makes_the_ids_text(spark, tmp_path):
+    # JSON numbers have no range: 10**20 cannot be a long, so the dataset's ids are texts (as
+    # written), not a cast that fails the run.
+    write_jsonl(tmp_path / "a.jsonl", [{"t": "a", "i": 10**20}, {"t": "b", "i": 9}])
+    src = Source("d", str(tmp_path / "a.jsonl"), split="s", text_field="t", id_field="i")
+    expected = spark.createDataFrame([("d", "s", "d/s", str(10**20), 0, "a", None, None),
+                                      ("d", "s", "d/s", "9", 1, "b", None, None)], SCHEMA_STR)
+    assert_df_equality(records(spark, [src]), expected, ignore_row_order=True, ignore_nullable=True)
+
+
 def test_directory_reads_supported_files_below_it(spark, tmp_path):
     write_jsonl(tmp_path / "d" / "x" / "1.jsonl", [{"t": "a"}])
     write_jsonl(tmp_path / "d" / "2.jsonl", [{"t": "b"}])
