@@ -778,6 +778,7 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
     by_src: dict[int, list] = {}
     for r in rows:
         by_src.setdefault(r.src, []).append(r)
+    _check_no_file_twice(frames, by_src)
     table = []
     dataset_base: dict[str, int] = {}
     int_ids: dict[str, bool] = {}
@@ -832,6 +833,22 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         dataset_base[src.name] = base + total
     return Blocks([tuple(t) for t in table], frozenset(int_ids),
                   frozenset(name for name, ok in int_ids.items() if ok))
+
+
+def _check_no_file_twice(frames: list[SourceFrame], by_src: dict[int, list]) -> None:
+    """Raise USAGE when two sources of one group read the same file (``d`` and ``d/*.jsonl``):
+    its records would be read twice, each counted as a duplicate of its own copy.  The specs
+    differ, so only the files they list (one row a block, here already) can tell."""
+    first: dict[tuple, Source] = {}
+    for frame in frames:
+        src = frame.source
+        for file in sorted({b._lc_file for b in by_src.get(frame.index, [])}):
+            other = first.setdefault((src.name, src.split, file), src)
+            if other is not src:
+                raise LeakcheckError(
+                    errors.USAGE, f"{other.label} and {src.label} both read "
+                    f"{errors.display_path(file)}: its records would be counted twice",
+                    "give each file to a group once")
 
 
 def _check_parquet_text_column(spark: SparkSession, src: Source, blocks: list) -> None:

@@ -700,6 +700,14 @@ def test_an_output_of_the_other_kind_is_refused_not_replaced(cli, data):
                                                       "train.jsonl"]
 
 
+def test_two_specs_of_one_group_reading_one_file_are_refused(cli, data):
+    # Different specs (a directory and a glob in it), the same file: found from the files read.
+    code, _, stderr = cli("audit", "-d", f"x:train={data}", "-d", f"x:train={data / 'tr*.jsonl'}",
+                          "-d", f"x:test={data / 'test.jsonl'}", "--text-field", "func")
+    assert code == 2 and error_code(stderr) == "LC_E_USAGE", stderr
+    assert f"both read {data / 'train.jsonl'}" in stderr, stderr
+
+
 @pytest.mark.parametrize("argv, needle", [
     # A forgotten :SPLIT: b's rows would be a group x/all beside x/train.
     (["audit", "-d", "x:train=train.jsonl", "-d", "x=test.jsonl"],
