@@ -28,6 +28,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Sequence
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -298,7 +299,10 @@ def _zero_byte_images(spark: SparkSession, listing: DataFrame, read: DataFrame) 
     # The listing is the only public (and Spark Connect) way to the files a scan skips.  Only
     # image files go back, as one Arrow column: a list of row tuples cost 0.3 ms a file (schema
     # checks and pickling, one at a time) and twice the memory.
-    files = [p for p in listing.inputFiles() if p.lower().endswith(IMAGE_EXTENSIONS)]
+    # inputFiles gives URIs ("my%20cat.png") where the scan's rows give Hadoop paths ("my
+    # cat.png"): compared as they come, a name with a space, % or the like is never "seen", and
+    # that image is counted a second time, as an unreadable one.
+    files = [unquote(p) for p in listing.inputFiles() if p.lower().endswith(IMAGE_EXTENSIONS)]
     listed = spark.createDataFrame(pa.table({"path": pa.array(files, pa.string())}))
     seen = read.select(_display("path").alias("_seen"))
     return (listed

@@ -378,13 +378,16 @@ def test_a_csv_table_is_read_as_text_sources_are(cli, pictures, tmp_path):
 def test_a_zero_byte_image_is_counted_and_listed_as_unreadable(spark, pictures, tmp_path):
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "a.png").write_bytes((pictures / "train" / "orig0.png").read_bytes())
-    (tmp_path / "imgs" / "empty.png").write_bytes(b"")
+    # Names a URI spells otherwise (space, %): the listing and the scan must agree on them.
+    (tmp_path / "imgs" / "my cat 100%.png").write_bytes(
+        (pictures / "train" / "orig1.png").read_bytes())
+    (tmp_path / "imgs" / "empty dog.png").write_bytes(b"")
     res = images([Source("p", str(tmp_path / "imgs"), split="test")], spark=spark)
     report = res.to_dict()
     res.unpersist()
-    assert (report["total_images"], report["unreadable"]["count"]) == (2, 1)
+    assert (report["total_images"], report["unreadable"]["count"]) == (3, 1)
     [entry] = report["unreadable"]["sample"]
-    assert entry["id"] == str(tmp_path / "imgs" / "empty.png")
+    assert entry["id"] == str(tmp_path / "imgs" / "empty dog.png")
     assert "cannot identify image file" in entry["reason"]
 
 
