@@ -283,10 +283,22 @@ def _as_given(col, source: str):  # noqa: ANN001, ANN202 - a Column
 
     import pyspark.sql.functions as F
 
-    if not is_local(source) or os.path.isabs(local_path(source)):
+    given = local_path(source) if is_local(source) else source
+    if not is_local(source) or os.path.isabs(given):
         return col
-    prefix = os.path.abspath(".").rstrip("/") + "/"
-    return F.when(col.startswith(prefix), col.substr(len(prefix) + 1, 1 << 30)).otherwise(col)
+    # The part of the source before any glob character, as the listing spells it (absolute)
+    # and relative to the working directory: also a source outside it ("../pics") keeps the
+    # relative form, which stripping the working directory's prefix alone did not give.
+    static = re.split(r"[*?\[{]", given, maxsplit=1)[0]
+    static = static if static == given else static.rsplit("/", 1)[0] if "/" in static else "."
+    absolute = os.path.abspath(static)
+    rel = os.path.relpath(absolute)
+    if absolute == "/":
+        return col
+    inside = F.concat(F.lit("" if rel == "." else rel + "/"),
+                      col.substr(len(absolute) + 2, 1 << 30))
+    return (F.when(col == absolute, F.lit(rel))
+            .when(col.startswith(absolute + "/"), inside).otherwise(col))
 
 
 def _zero_byte_images(spark: SparkSession, listing: DataFrame, read: DataFrame) -> DataFrame:

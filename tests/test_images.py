@@ -329,6 +329,12 @@ def test_relative_sources_give_relative_paths(cli, pictures, tmp_path, monkeypat
     rows = (tmp_path / "r.csv").read_text().splitlines()
     assert rows[1].startswith("train/orig0.png,train,train,0,")
     assert rows[-1] == "val/half5.png,train,val,5,true"
+    monkeypatch.chdir(pictures / "val")  # a source outside the working directory
+    rc, _, err = cli("images", "-d", "p:train=../train/orig5.png", "-d", "p:val=../val",
+                     "-d", "p:test=../t*/h*.png", "--quiet", "--resplit-out", tmp_path / "s.csv")
+    assert rc == 0, err
+    assert [r.split(",")[0] for r in (tmp_path / "s.csv").read_text().splitlines()[1:]] == [
+        "../train/orig5.png", "half5.png", "../test/half1.png"]
 
 
 def test_base64_text_that_is_not_base64_is_one_unreadable_image(spark, pictures, tmp_path):
