@@ -396,6 +396,37 @@ def check_listed_images(spark: SparkSession, args: argparse.Namespace,
                       f"{image} (listed in {listed_in})")
 
 
+def check_table_outputs(spark: SparkSession, args: argparse.Namespace,
+                        inputs: Sequence[str]) -> None:
+    """Refuse, before any work, an output that is, holds or lies inside the files of a catalog
+    table an input reads (``table:NAME``): :func:`check_outputs` runs before Spark and cannot
+    know where they are, and a run's output put in place there would replace the table's data
+    (a managed table lives under the warehouse directory).
+
+    Raises:
+        LeakcheckError: LC_E_USAGE.
+    """
+    from leakcheck_spark.paths import comparable, within
+    from leakcheck_spark.sources import TABLE_PREFIX
+
+    outs = [(flag, path, comparable(path)) for flag, path in _outputs(args)]
+    for source in inputs if outs else ():
+        if not source.startswith(TABLE_PREFIX):
+            continue
+        try:  # SQL, not the JVM catalog: the same over Spark Connect
+            rows = spark.sql(f"DESCRIBE TABLE EXTENDED {source[len(TABLE_PREFIX):]}").where(
+                "col_name = 'Location'").collect()
+        except Exception:  # noqa: BLE001 - no such table, or a view: the read says what is wrong
+            continue
+        for row in rows:
+            place = comparable(row.data_type)
+            for flag, path, where in outs:
+                if within(where, place) or within(place, where):
+                    what = ("is" if where == place else "holds" if within(place, where)
+                            else "lies inside")
+                    raise _over_input(flag, path, what, f"{source} (at {row.data_type})")
+
+
 def _emit_json(spark: SparkSession, target: str, obj: dict) -> None:
     """`obj` as JSON on stdout (`target` ``-``) or in file `target` (written atomically, its
     parent directories created)."""
@@ -459,6 +490,7 @@ def _run(args: argparse.Namespace) -> int:
                   in_place=sources[0].path if args.command == "clean" else None)
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
+    check_table_outputs(spark, args, [s.path for s in sources])
     if args.command == "audit":
         from leakcheck_spark.audit import audit
 
@@ -510,6 +542,7 @@ def run_fingerprint(args: argparse.Namespace) -> int:
     check_outputs(args, [s.path for s in sources])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
+    check_table_outputs(spark, args, [s.path for s in sources])
     prints = fingerprint_sources(sources, args.by, spark=spark)
     if args.json is not None:
         _emit_json(spark, args.json, {"schema": "leakcheck-spark/fingerprint/v1", "by": args.by,
@@ -533,6 +566,7 @@ def run_check(args: argparse.Namespace) -> int:
     check_outputs(args, [*args.train, args.eval])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
+    check_table_outputs(spark, args, [*args.train, args.eval])
     result = check(train, eval_source, args.n, options, spark=spark)
     try:
         if args.out_dir is not None:
@@ -561,6 +595,7 @@ def run_images(args: argparse.Namespace) -> int:
     check_outputs(args, [s.path for s in sources])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
                         remote=args.remote)
+    check_table_outputs(spark, args, [s.path for s in sources])
     check_listed_images(spark, args, sources, options)
     result = images(sources, options, spark=spark)
     if args.out_dir is not None:

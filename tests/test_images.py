@@ -329,6 +329,12 @@ def test_relative_sources_give_relative_paths(cli, pictures, tmp_path, monkeypat
     rows = (tmp_path / "r.csv").read_text().splitlines()
     assert rows[1].startswith("train/orig0.png,train,train,0,")
     assert rows[-1] == "val/half5.png,train,val,5,true"
+    monkeypatch.chdir(pictures / "val")  # a source outside the working directory
+    rc, _, err = cli("images", "-d", "p:train=../train/orig5.png", "-d", "p:val=../val",
+                     "-d", "p:test=../t*/h*.png", "--quiet", "--resplit-out", tmp_path / "s.csv")
+    assert rc == 0, err
+    assert [r.split(",")[0] for r in (tmp_path / "s.csv").read_text().splitlines()[1:]] == [
+        "../train/orig5.png", "half5.png", "../test/half1.png"]
 
 
 def test_base64_text_that_is_not_base64_is_one_unreadable_image(spark, pictures, tmp_path):
@@ -378,13 +384,16 @@ def test_a_csv_table_is_read_as_text_sources_are(cli, pictures, tmp_path):
 def test_a_zero_byte_image_is_counted_and_listed_as_unreadable(spark, pictures, tmp_path):
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "a.png").write_bytes((pictures / "train" / "orig0.png").read_bytes())
-    (tmp_path / "imgs" / "empty.png").write_bytes(b"")
+    # Names a URI spells otherwise (space, %): the listing and the scan must agree on them.
+    (tmp_path / "imgs" / "my cat 100%.png").write_bytes(
+        (pictures / "train" / "orig1.png").read_bytes())
+    (tmp_path / "imgs" / "empty dog.png").write_bytes(b"")
     res = images([Source("p", str(tmp_path / "imgs"), split="test")], spark=spark)
     report = res.to_dict()
     res.unpersist()
-    assert (report["total_images"], report["unreadable"]["count"]) == (2, 1)
+    assert (report["total_images"], report["unreadable"]["count"]) == (3, 1)
     [entry] = report["unreadable"]["sample"]
-    assert entry["id"] == str(tmp_path / "imgs" / "empty.png")
+    assert entry["id"] == str(tmp_path / "imgs" / "empty dog.png")
     assert "cannot identify image file" in entry["reason"]
 
 
@@ -393,3 +402,20 @@ def test_an_hf_source_is_a_usage_error_not_a_spark_failure(cli):
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("leakcheck-spark: error [LC_E_USAGE]: images does not read Hugging "
                           "Face datasets (p=hf:org/name)"), err
+
+
+def test_an_output_inside_a_catalog_tables_files_is_a_usage_error(spark, cli, pictures):
+    from leakcheck_spark.paths import local_path
+
+    spark.createDataFrame([(str(pictures / "train" / "orig0.png"), "x")], "img string, t string"
+                          ).write.mode("overwrite").saveAsTable("lc_images_table")
+    where = f"{local_path(spark.conf.get('spark.sql.warehouse.dir'))}/lc_images_table"
+    for args in (["images", "-d", "p:train=table:lc_images_table", "--path-field", "img",
+                  "--out-dir", where],
+                 ["audit", "-d", "p:train=table:lc_images_table", "--text-field", "t",
+                  "--out-dir", f"{where}/report"]):
+        rc, _, err = cli(*args, "--quiet")
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert err.startswith(f"leakcheck-spark: error [LC_E_USAGE]: --out-dir {args[-1]} "), err
+        assert "the input table:lc_images_table" in err, err
+    assert spark.table("lc_images_table").count() == 1  # the table's files are still there
