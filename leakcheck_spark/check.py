@@ -53,6 +53,10 @@ PREVIEW_CHARS = 80
 RECORD_COLUMNS = ("id", "exact", "ngram_shared", "ngram_total", "near")
 NORM_VERSION = "noleak-norm-v1"
 _EMPTY_DIGEST = hashlib.sha256(b"").digest()
+# The characters Python's str.isspace() (and so str.split()) treats as whitespace, as a Java
+# regular-expression class.
+_PY_SPACE = (r"[\t\n\x{0B}\f\r\x{1C}-\x{1F} \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}"
+             r"\x{2029}\x{202F}\x{205F}\x{3000}]")
 
 
 @dataclass
@@ -328,7 +332,10 @@ def _samples(per_record: DataFrame, int_ids: bool) -> list[dict]:
     import pyspark.sql.functions as F
 
     hit = F.col("exact") | (F.col("ngram_shared") > 0) | F.col("near").isNotNull()
-    preview = F.regexp_replace(F.trim(F.col("text")), r"\s+", " ")
+    # noleak's preview is " ".join(text.split()): Java's \s and Spark's trim() (spaces only)
+    # miss most of what str.split() splits at (tabs at the ends, NBSP, U+3000, ...).
+    runs = F.regexp_replace(F.col("text"), _PY_SPACE + "+", " ")
+    preview = F.regexp_replace(runs, "^ | $", "")
     rows = (per_record.where(hit).orderBy("row").limit(SAMPLES)
             .select(*RECORD_COLUMNS, F.when(F.length(preview) <= PREVIEW_CHARS, preview)
                     .otherwise(F.concat(F.substring(preview, 1, PREVIEW_CHARS - 1), F.lit("…")))

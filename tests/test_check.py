@@ -233,6 +233,22 @@ def test_library_check(spark, tmp_path):
         res.unpersist()
 
 
+def test_sample_previews_are_noleaks(spark, tmp_path):
+    """A sample's preview is noleak's: the text split at whatever str.split() splits at (tabs and
+    newlines at the ends, NBSP, U+3000, U+001C), joined by single spaces, cut at 80."""
+    from noleak.report import preview
+
+    import leakcheck_spark as L
+
+    texts = ["\tfoo  bar\n", "x\u3000y\u00a0 z ", "\x1fq\x1cr", "w\t" * 60]
+    write_jsonl(tmp_path / "e.jsonl", [{"text": t} for t in texts])
+    res = L.check([str(tmp_path / "e.jsonl")], str(tmp_path / "e.jsonl"), spark=spark)
+    try:
+        assert [s["preview"] for s in res.samples] == [preview(t) for t in texts]
+    finally:
+        res.unpersist()
+
+
 @pytest.mark.parametrize("args, code, words", [
     (["--n", "0"], "LC_E_USAGE", "--n 0"),
     (["--n", "x"], "LC_E_USAGE", "--n"),
