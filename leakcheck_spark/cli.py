@@ -338,9 +338,7 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
             if flag == "--out" and source == in_place and where == src:
                 continue
             if within(where, src) or within(src, where):
-                what = ("is" if where == src else "holds" if within(src, where)
-                        else "lies inside")
-                raise _over_input(flag, path, what, source)
+                raise _over_input(flag, path, where, src, source)
         if not is_local(path):
             continue
         local = local_path(path)
@@ -370,7 +368,12 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
                                                               and args.json == "-")]
 
 
-def _over_input(flag: str, path: str, what: str, source: str) -> LeakcheckError:
+def _over_input(flag: str, path: str, where: str, place: str, source: str) -> LeakcheckError:
+    """The error for output `path` (at `where`) that is, holds or lies inside the input `source`
+    (at `place`; both :func:`paths.comparable`)."""
+    from leakcheck_spark.paths import within
+
+    what = "is" if where == place else "holds" if within(place, where) else "lies inside"
     return LeakcheckError(errors.USAGE, f"{flag} {path} {what} the input {source}: writing it "
                           "would replace or mix with the input", "write the output somewhere else")
 
@@ -392,8 +395,7 @@ def check_listed_images(spark: SparkSession, args: argparse.Namespace,
         return
     image, listed_in = hit
     flag, path, where = next(o for o in outs if within(image, o[2]))
-    raise _over_input(flag, path, "is" if image == where else "holds",
-                      f"{image} (listed in {listed_in})")
+    raise _over_input(flag, path, where, image, f"{image} (listed in {listed_in})")
 
 
 def check_table_outputs(spark: SparkSession, args: argparse.Namespace,
@@ -422,9 +424,7 @@ def check_table_outputs(spark: SparkSession, args: argparse.Namespace,
             place = comparable(row.data_type)
             for flag, path, where in outs:
                 if within(where, place) or within(place, where):
-                    what = ("is" if where == place else "holds" if within(place, where)
-                            else "lies inside")
-                    raise _over_input(flag, path, what, f"{source} (at {row.data_type})")
+                    raise _over_input(flag, path, where, place, f"{source} (at {row.data_type})")
 
 
 def _emit_json(spark: SparkSession, target: str, obj: dict) -> None:

@@ -38,10 +38,16 @@ from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import _pair_steps, _whole_buckets, bucket_partners
 from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source, as_sources, check_sources
-from leakcheck_spark.paths import is_local, local_path, resolved, spark_uri
+from leakcheck_spark.paths import is_local, local_path, resolved, searched, spark_uri
 from leakcheck_spark.resplit import DEFAULT_PRIORITY, check_priority, reassign
 from leakcheck_spark.session import session_conf
-from leakcheck_spark.sources import BAD_SPLIT_HINT, TABLE_PREFIX, check_csv_header, read_csv
+from leakcheck_spark.sources import (
+    BAD_SPLIT_HINT,
+    TABLE_PREFIX,
+    check_csv_header,
+    invalid_split,
+    read_csv,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -289,9 +295,7 @@ def _as_given(col, source: str):  # noqa: ANN001, ANN202 - a Column
     # The part of the source before any glob character, as the listing spells it (absolute)
     # and relative to the working directory: also a source outside it ("../pics") keeps the
     # relative form, which stripping the working directory's prefix alone did not give.
-    static = re.split(r"[*?\[{]", given, maxsplit=1)[0]
-    static = static if static == given else static.rsplit("/", 1)[0] if "/" in static else "."
-    absolute = os.path.abspath(static)
+    absolute = os.path.abspath(searched(given))
     rel = os.path.relpath(absolute)
     if absolute == "/":
         return col
@@ -585,9 +589,9 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     imgs = positions(hashes, ("_src", "id", "split", "hash", "error")).persist(level)
     # With the counts, each source's first split value that cannot name a group (from a split
     # column: -d NAME:SPLIT values were checked by Source).
-    valid = (F.col("split") != "") & ~F.col("split").contains("/")
+    bad = F.when(invalid_split(F.col("split")), F.col("split"))
     stats = imgs.groupBy("_src").agg(F.count(F.lit(1)).alias("n"),
-                                     F.min(F.when(~valid, F.col("split"))).alias("bad")).collect()
+                                     F.min(bad).alias("bad")).collect()
     per_source = {r._src: r.n for r in stats}
     hashes.unpersist()
     total = sum(per_source.values())

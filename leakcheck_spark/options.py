@@ -10,7 +10,7 @@ from typing import Iterable, Sequence
 
 from leakcheck_spark.errors import USAGE, LeakcheckError
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
-from leakcheck_spark.paths import is_local, local_path
+from leakcheck_spark.paths import resolved
 
 FORMATS = ("parquet", "csv", "json")
 DEFAULT_SPLIT = "all"
@@ -209,9 +209,7 @@ def check_sources(sources: Sequence[Source], splits: bool = True) -> None:
 
 def _place(path: str) -> str:
     """`path` as two specs of one place compare equal (local paths absolute, symlinks resolved)."""
-    if path.startswith(("hf:", "table:")):
-        return path
-    return os.path.realpath(local_path(path)) if is_local(path) else path.rstrip("/") or path
+    return path if path.startswith(("hf:", "table:")) else resolved(path)
 
 
 def as_options(options: Options | None) -> Options:

@@ -45,11 +45,21 @@ def comparable(path: str) -> str:
     >>> comparable("s3a://b/data/*.jsonl"), comparable("s3a://b/out/")
     ('s3a://b/data', 's3a://b/out')
     """
+    return resolved(searched(path))
+
+
+def searched(path: str) -> str:
+    """The directory a glob searches (its part before the first glob character, up to the last
+    ``/``), or `path` itself when it is no glob.
+
+    >>> searched("data/t*/x.png"), searched("/x*.png"), searched("*.png"), searched("a/b")
+    ('data', '/', '.', 'a/b')
+    """
     glob = _GLOB.search(path)
-    if glob:
-        head = path[:glob.start()]
-        path = (head.rsplit("/", 1)[0] or "/") if "/" in head else "."
-    return resolved(path)
+    if not glob:
+        return path
+    head = path[:glob.start()]
+    return (head.rsplit("/", 1)[0] or "/") if "/" in head else "."
 
 
 def resolved(path: str) -> str:

@@ -40,7 +40,7 @@ from leakcheck_spark.udf import series_udf
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 RECORD_COLUMNS = ("dataset", "split", "group", "id", "row", "text", "label", "label_canon",
                   "id_num")
@@ -286,6 +286,12 @@ def valid_split(split: str) -> bool:
     (True, False, False)
     """
     return bool(split) and "/" not in split
+
+
+def invalid_split(split: Column) -> Column:
+    """:func:`valid_split`'s opposite as a column rule, for splits read by Spark (null for a
+    null split: no value, nothing to check)."""
+    return (split == "") | split.contains("/")
 
 
 def bad_split_message(src: Source, quoted: str) -> str:
@@ -628,7 +634,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         # quotes or backslashes; the check itself is exact).
         prefix, suffix = encode_row_error(errors.BAD_VALUE, bad_split_message(src, "\0"),
                                           BAD_SPLIT_HINT).split("\0")
-        bad_split = F.when((split == "") | split.contains("/"),
+        bad_split = F.when(invalid_split(split),
                            F.concat(F.lit(prefix + "'"), split, F.lit("'" + suffix)))
         err = F.coalesce(err, bad_split)
     else:
