@@ -533,9 +533,20 @@ class ImagesResult:
             F.col("id").alias("path"), "split", "original_split", "group_id", "reassigned",
             "_order")
 
+    def hashes(self) -> DataFrame:
+        """One row per image, as leakaudit's ``compute_hashes`` gives them: `dataset`, `split`,
+        `id`, `hash` (16 hex characters, null when unreadable), `group_id`; plus `_order`."""
+        import pyspark.sql.functions as F
+
+        # hex() of a long writes its 64 bits as unsigned (-1 is ffffffffffffffff).
+        hexed = F.lpad(F.lower(F.hex("hash")), HASH_BITS // 4, "0")
+        return self.images.select("dataset", "split", "id", hexed.alias("hash"), "group_id",
+                                  "_order")
+
     @spark_action
     def write(self, out_dir: str) -> None:
-        """report.json, overlaps/, leaked_groups/, unreadable/ under `out_dir` (staged)."""
+        """report.json, overlaps/, leaked_groups/, unreadable/, hashes/ under `out_dir`
+        (staged)."""
         fmt = self.options.format
         spark = self.overlaps.sparkSession
         t = time.monotonic()
@@ -545,6 +556,8 @@ class ImagesResult:
                                 fmt)
             outputs.write_table(self.unreadable.orderBy(*UNREADABLE_ORDER), f"{tmp}/unreadable",
                                 fmt)
+            outputs.write_table(self.hashes().orderBy("_order").drop("_order"),
+                                f"{tmp}/hashes", fmt)
             self.timings["write"] = round(time.monotonic() - t, 3)
             outputs.write_json_file(spark, f"{tmp}/report.json", self.to_dict())
         log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)

@@ -164,6 +164,13 @@ def test_resplit_out_and_out_dir(cli, pictures, tmp_path):
     leaked = [json.loads(line) for f in (tmp_path / "rep" / "leaked_groups").glob("part-*")
               for line in f.read_text().splitlines()]
     assert sorted(g["members"] for g in leaked) == [2, 2, 2, 2]
+    # hashes/: every image in read order with imagehash's hex (null when unreadable).
+    paths = [p for p in _expected_paths(pictures) if p.parent.name != "val"]
+    want, groups = oracle(paths)
+    listed = [json.loads(line) for f in sorted((tmp_path / "rep" / "hashes").glob("part-*"))
+              for line in f.read_text().splitlines()]
+    assert [(h["split"], h["id"], h.get("hash"), h["group_id"]) for h in listed] == [
+        (p.parent.name, str(p), want[p], groups[p]) for p in paths]
 
 
 def test_the_same_report_and_groups_on_any_partitioning(spark, pictures):
