@@ -581,7 +581,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_images(args: argparse.Namespace) -> int:
     """The images command (SPEC section 7)."""
-    from leakcheck_spark.images import ImageOptions, images
+    from leakcheck_spark.images import ImageOptions, check_fields, images
     from leakcheck_spark.resplit import parse_priority
     from leakcheck_spark.session import get_session
 
@@ -591,6 +591,7 @@ def run_images(args: argparse.Namespace) -> int:
     check_sources(sources)
     options = ImageOptions(threshold=args.threshold, path_field=args.path_field,
                            bytes_field=args.bytes_field, format=args.format)
+    check_fields(sources, options)
     priority = parse_priority(args.priority)
     check_outputs(args, [s.path for s in sources])
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,

@@ -266,6 +266,29 @@ def _kind(path: str) -> str:
     return "files"
 
 
+def check_fields(sources: Sequence[Source], opts: ImageOptions) -> None:
+    """Refuse a field flag that only a table source reads, when no source it applies to is one:
+    a directory, glob or ``.txt`` list has no columns, and the flag would be ignored silently.
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): naming the flag.
+    """
+    tables = [s for s in sources if _kind(s.path) == "table"]
+    given = [("--path-field", opts.path_field, tables), ("--bytes-field", opts.bytes_field, tables)]
+    for flag, attr in (("--id-field", "id_field"), ("--split-field", "split_field")):
+        # per source: -o NAME.id=F sets it on one dataset's sources only
+        using = [s for s in sources if getattr(s, attr) and not (attr == "split_field" and s.split)]
+        if using:
+            given.append((flag, getattr(using[0], attr), [s for s in using if s in tables]))
+    for flag, name, readers in given:
+        if name and not readers:
+            raise LeakcheckError(
+                errors.USAGE, f"{flag} {name!r} names a table's column, and no source it applies "
+                "to is a table: images of a directory, glob or .txt list have no columns",
+                f"drop {flag}, or give the table (.parquet, .csv, .jsonl, .json or table:NAME) "
+                "as -d NAME[:SPLIT]=TABLE")
+
+
 def _is_image(col):  # noqa: ANN001, ANN202 - a Column
     import pyspark.sql.functions as F
 
@@ -510,9 +533,20 @@ class ImagesResult:
             F.col("id").alias("path"), "split", "original_split", "group_id", "reassigned",
             "_order")
 
+    def hashes(self) -> DataFrame:
+        """One row per image, as leakaudit's ``compute_hashes`` gives them: `dataset`, `split`,
+        `id`, `hash` (16 hex characters, null when unreadable), `group_id`; plus `_order`."""
+        import pyspark.sql.functions as F
+
+        # hex() of a long writes its 64 bits as unsigned (-1 is ffffffffffffffff).
+        hexed = F.lpad(F.lower(F.hex("hash")), HASH_BITS // 4, "0")
+        return self.images.select("dataset", "split", "id", hexed.alias("hash"), "group_id",
+                                  "_order")
+
     @spark_action
     def write(self, out_dir: str) -> None:
-        """report.json, overlaps/, leaked_groups/, unreadable/ under `out_dir` (staged)."""
+        """report.json, overlaps/, leaked_groups/, unreadable/, hashes/ under `out_dir`
+        (staged)."""
         fmt = self.options.format
         spark = self.overlaps.sparkSession
         t = time.monotonic()
@@ -522,6 +556,8 @@ class ImagesResult:
                                 fmt)
             outputs.write_table(self.unreadable.orderBy(*UNREADABLE_ORDER), f"{tmp}/unreadable",
                                 fmt)
+            outputs.write_table(self.hashes().orderBy("_order").drop("_order"),
+                                f"{tmp}/hashes", fmt)
             self.timings["write"] = round(time.monotonic() - t, 3)
             outputs.write_json_file(spark, f"{tmp}/report.json", self.to_dict())
         log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)
@@ -572,6 +608,7 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
             raise LeakcheckError(errors.USAGE, f"images does not read Hugging Face datasets "
                                  f"({src.label})", "give a directory or glob of its image files, "
                                  "or a parquet snapshot of it with --bytes-field F")
+    check_fields(sources, options)
     timer = Timer()
     level = StorageLevel.MEMORY_AND_DISK
     frames = [read_images(spark, s, i, options) for i, s in enumerate(sources)]

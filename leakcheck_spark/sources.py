@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -54,6 +55,12 @@ LINE_FORMATS = ("jsonl", "txt")
 # JSONL lines that are comments, as the reference leakcheck accepts them (no JSON value starts so):
 # skipped like blank lines, so a comment-only file is an empty input.
 JSONL_COMMENTS = ("#", "//")
+# Where noleak, reading a file with str.splitlines, breaks a line that Spark's reader (at "\n")
+# did not: for noleak sources a line holds a record per piece.  In JSONL only at "\r": a JSON
+# string may hold a raw U+2028 (json.dumps(ensure_ascii=False) writes it so), and breaking it
+# there would make a valid line two invalid ones, an error here.
+_NOLEAK_BREAKS = {"txt": re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]"),
+                  "jsonl": re.compile("\r")}
 # RFC 4180 quoting ("" inside quotes), as Python's csv module and pandas read and write it;
 # Spark's own default escapes with a backslash.
 CSV_DIALECT = {"quote": '"', "escape": '"'}
@@ -359,6 +366,7 @@ def parse_lines(
     import pandas as pd
 
     counters: dict[tuple[str, int], list[int]] = {}  # (file, block) -> [line, seq]
+    breaks = _NOLEAK_BREAKS[fmt] if src.noleak else None
     for pdf in batches:
         out = _columns()
         for value, file, block in zip(pdf["value"], pdf["_lc_file"], pdf["_lc_block"]):
@@ -375,8 +383,7 @@ def parse_lines(
                 continue
             if line_no == 0 and block == 0 and line.startswith("\ufeff"):
                 line = line[1:]
-            # noleak splits lines at a lone "\r" too (str.splitlines): a record per piece.
-            pieces = line.split("\r") if src.noleak and "\r" in line else (line,)
+            pieces = (breaks.split(line) if breaks and breaks.search(line) else (line,))
             blank = True
             for piece in pieces:
                 stripped = piece.strip()

@@ -206,13 +206,20 @@ def test_fingerprint_reads_files_as_noleak_does(cli, tmp_path):
     lines += ["42", "\"quoted\"", "{\"prompt\": \"From an object\"}", "[1, 2]", "null", "x {"]
     # JSON padded with whitespace that str.strip() removes but JSON does not allow.
     lines += ["\u00a0{\"text\": \"padded\"}\u3000", "\u2009\"also padded\""]
+    # noleak splits lines where str.splitlines does, JSON strings included: a record per piece.
+    lines += ["left\u2028right", "a\x0bb\x0cc", "p\x85q\x1cr\u2029", "{\"text\": \"x\u2028y\"}",
+              "lone\rcarriage"]
     (tmp_path / "a.txt").write_text("\n".join(lines) + "\n\n  \n", encoding="utf-8")
     (tmp_path / "b.json").write_text(json.dumps(lines[:30] + [{"text": "t", "id": 1}]),
                                      encoding="utf-8")
+    # JSONL: a raw U+2028 inside a JSON string keeps its line whole (noleak reads two texts).
+    (tmp_path / "c.jsonl").write_text('{"text": "x\u2028y"}\n', encoding="utf-8")
     rc, _, err = cli("fingerprint", "-d", f"a={tmp_path / 'a.txt'}", "-d",
-                     f"b={tmp_path / 'b.json'}", "--json", tmp_path / "fp.json", "--quiet")
+                     f"b={tmp_path / 'b.json'}", "-d", f"c={tmp_path / 'c.jsonl'}",
+                     "--json", tmp_path / "fp.json", "--quiet")
     assert rc == 0, err
     got = json.loads((tmp_path / "fp.json").read_text())["fingerprints"]
+    assert got["c/all"]["digest"] == noleak.fingerprint(["x\u2028y"]).digest
     for name, path in (("a/all", "a.txt"), ("b/all", "b.json")):
         want = noleak.fingerprint(load_texts(tmp_path / path))
         assert (got[name]["digest"], got[name]["n_examples"], got[name]["n_unique"]) == (

@@ -164,6 +164,13 @@ def test_resplit_out_and_out_dir(cli, pictures, tmp_path):
     leaked = [json.loads(line) for f in (tmp_path / "rep" / "leaked_groups").glob("part-*")
               for line in f.read_text().splitlines()]
     assert sorted(g["members"] for g in leaked) == [2, 2, 2, 2]
+    # hashes/: every image in read order with imagehash's hex (null when unreadable).
+    paths = [p for p in _expected_paths(pictures) if p.parent.name != "val"]
+    want, groups = oracle(paths)
+    listed = [json.loads(line) for f in sorted((tmp_path / "rep" / "hashes").glob("part-*"))
+              for line in f.read_text().splitlines()]
+    assert [(h["split"], h["id"], h.get("hash"), h["group_id"]) for h in listed] == [
+        (p.parent.name, str(p), want[p], groups[p]) for p in paths]
 
 
 def test_the_same_report_and_groups_on_any_partitioning(spark, pictures):
@@ -246,6 +253,38 @@ def test_a_path_field_and_a_bytes_field_together_are_a_usage_error(tmp_path, cap
         "leakcheck-spark: error [LC_E_USAGE]: --path-field 'p' and --bytes-field 'b' both name "
         "the image: give one (hint: to name images read from bytes by the path column, write "
         "--bytes-field b --id-field p)\n")
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["-d", "x=imgs", "--path-field", "p"], "--path-field 'p'"),
+    (["-d", "x=imgs/*.png", "--bytes-field", "b"], "--bytes-field 'b'"),
+    (["-d", "x:train=imgs", "-d", "x:test=list.txt", "--id-field", "i"], "--id-field 'i'"),
+    (["-d", "x=list.txt", "--split-field", "s"], "--split-field 's'"),
+    # -o sets a field on one dataset's sources: the table y does not read x's
+    (["-d", "x=imgs", "-d", "y=t.parquet", "--path-field", "p", "-o", "x.id=i"], "--id-field 'i'"),
+])
+def test_a_table_field_no_table_reads_is_a_usage_error(tmp_path, capsys, args, flag):
+    # These flags name a table's columns; images of a directory or list have none, and the flag
+    # was ignored without a word.
+    from leakcheck_spark.cli import main
+
+    assert main(["images", *args, "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"leakcheck-spark: error [LC_E_USAGE]: {flag} names a table's column, "
+                          "and no source it applies to is a table"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_table_field_is_for_the_tables_among_the_sources(spark, tmp_path, pictures):
+    # --id-field given once applies to every source; only the table reads it.
+    write_jsonl(tmp_path / "t.jsonl", [{"file": str(pictures / "train" / "orig0.png"),
+                                        "key": "k1"}])
+    got = images([Source("d", str(pictures / "train"), split="train", id_field="key"),
+                  Source("t", str(tmp_path / "t.jsonl"), split="test", id_field="key")],
+                 ImageOptions(path_field="file"), spark=spark)
+    rows = got.images.select("dataset", "id").collect()
+    assert sorted(r.id for r in rows if r.dataset == "t") == ["k1"]
+    assert len([r for r in rows if r.dataset == "d"]) == 8
 
 
 def test_a_split_value_that_cannot_name_a_group_is_a_bad_value(spark, tmp_path):
