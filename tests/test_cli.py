@@ -573,6 +573,50 @@ def test_sigterm_rolls_back_like_ctrl_c_with_exit_143(cli, data, monkeypatch):
     assert [p.name for p in (data / "rep").iterdir()] == ["old.txt"]
 
 
+def _wait_until(condition, what: str, seconds: float = 120) -> None:
+    """Poll `condition` (bounded: a test never hangs on a run that went wrong)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_an_interrupted_write_stops_its_spark_tasks_before_rolling_back(spark, tmp_path):
+    # SIGTERM in the middle of a write: the rollback removes the staging directory, so the write
+    # job must be cancelled (and its tasks gone) first, or its tasks recreate it and fill it.
+    import os
+    import signal
+    import threading
+    import time
+
+    from leakcheck_spark import cli, outputs
+
+    marker = str(tmp_path / "writing")
+
+    def slow(batches):
+        for batch in batches:
+            with open(marker, "a") as fh:
+                fh.write("x")
+            time.sleep(0.2)
+            yield batch
+
+    rows = spark.range(0, 40, numPartitions=8).mapInPandas(slow, "id long")
+
+    def terminate_once_writing():
+        _wait_until(lambda: os.path.exists(marker), "the write to start")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=terminate_once_writing, daemon=True).start()
+    with cli._sigterm_unwinds(), pytest.raises(cli.Terminated), outputs.all_or_nothing():
+        outputs.write_rows(rows, str(tmp_path / "out" / "rows"), "parquet", ["id"], ["id"])
+    # Nothing of the write runs once the rollback is done (the process would end here).
+    tracker = spark.sparkContext.statusTracker()
+    assert not outputs._busy(tracker, tracker.getJobIdsForGroup())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["writing"]
+
+
 def test_what_a_killed_run_left_is_restored_or_reported_never_deleted(tmp_path, caplog):
     from leakcheck_spark import outputs
 
