@@ -583,9 +583,14 @@ def _wait_until(condition, what: str, seconds: float = 120) -> None:
         time.sleep(0.05)
 
 
-def test_an_interrupted_write_stops_its_spark_tasks_before_rolling_back(spark, tmp_path):
-    # SIGTERM in the middle of a write: the rollback removes the staging directory, so the write
-    # job must be cancelled (and its tasks gone) first, or its tasks recreate it and fill it.
+@pytest.mark.parametrize("signum, raised", [("SIGTERM", "Terminated"),
+                                            ("SIGINT", "KeyboardInterrupt")])
+def test_an_interrupted_write_stops_its_spark_tasks_before_rolling_back(spark, tmp_path, caplog,
+                                                                       signum, raised):
+    # A signal in the middle of a write, with main's handlers: the rollback removes the staging
+    # directory, so the write's tasks must be stopped first, or they recreate it and fill it.
+    # And no Py4J traceback: PySpark's own Ctrl-C handler makes a JVM call from inside the one
+    # the main thread is blocked in, which fails (and logs it) as a reentrant read.
     import os
     import signal
     import threading
@@ -602,19 +607,26 @@ def test_an_interrupted_write_stops_its_spark_tasks_before_rolling_back(spark, t
             time.sleep(0.2)
             yield batch
 
-    rows = spark.range(0, 40, numPartitions=8).mapInPandas(slow, "id long")
-
-    def terminate_once_writing():
+    def signal_once_writing():
         _wait_until(lambda: os.path.exists(marker), "the write to start")
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), getattr(signal, signum))
 
-    threading.Thread(target=terminate_once_writing, daemon=True).start()
-    with cli._sigterm_unwinds(), pytest.raises(cli.Terminated), outputs.all_or_nothing():
-        outputs.write_rows(rows, str(tmp_path / "out" / "rows"), "parquet", ["id"], ["id"])
+    args = cli.build_parser().parse_args(["fingerprint", "-d", "x=y"])
+    pyspark_handler = signal.getsignal(signal.SIGINT)  # the fixture's SparkContext installed it
+    assert pyspark_handler is not signal.default_int_handler
+    with cli._quiet_py4j(), cli._signals_unwind():
+        # A run builds its SparkContext inside main, which installs PySpark's handler again.
+        signal.signal(signal.SIGINT, pyspark_handler)
+        session = cli._session(args)
+        rows = session.range(0, 40, numPartitions=8).mapInPandas(slow, "id long")
+        threading.Thread(target=signal_once_writing, daemon=True).start()
+        with pytest.raises(getattr(cli, raised, KeyboardInterrupt)), outputs.all_or_nothing():
+            outputs.write_rows(rows, str(tmp_path / "out" / "rows"), "parquet", ["id"], ["id"])
     # Nothing of the write runs once the rollback is done (the process would end here).
     tracker = spark.sparkContext.statusTracker()
     assert not outputs._busy(tracker, tracker.getJobIdsForGroup())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["writing"]
+    assert not [r for r in caplog.records if "sending command" in r.getMessage()], caplog.text
 
 
 def test_what_a_killed_run_left_is_restored_or_reported_never_deleted(tmp_path, caplog):
