@@ -662,7 +662,17 @@ def _session(args: argparse.Namespace) -> SparkSession:
                         remote=args.remote)
     if signal.getsignal(signal.SIGTERM) is _on_sigterm:  # inside main, on the main thread
         signal.signal(signal.SIGINT, _on_sigint)
+    # A JVM that dies in the middle of the run breaks the connection of PySpark's accumulator
+    # server, which prints a traceback from its own thread; the run says so in one error line
+    # instead (errors.lost_jvm).
+    server = getattr(getattr(spark, "_sc", None), "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = _no_trace
     return spark
+
+
+def _no_trace(*_: object) -> None:
+    pass
 
 
 def _no_interrupt_trace(record: logging.LogRecord) -> bool:

@@ -11,6 +11,7 @@ A stage a user composes checks its input's schema first (:func:`require_columns`
 from __future__ import annotations
 
 import re
+import traceback
 from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
@@ -119,6 +120,9 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
 
     Returns None when the exception is not recognised (a genuine bug: let it propagate).
     """
+    lost = lost_jvm(exc)
+    if lost is not None:
+        return lost
     text = str(exc)
     m = re.search(r"\[(LC_E_[A-Z_]+)\] (.*)", text)
     if m and m.group(1) in CODES:
@@ -136,6 +140,26 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
         return LeakcheckError(IO, _first_line(text))
     if "AccessDeniedException" in text or "Permission denied" in text:
         return LeakcheckError(IO, _first_line(text))
+    return None
+
+
+def lost_jvm(exc: BaseException) -> LeakcheckError | None:
+    """LC_E_IO when `exc` says the JVM behind the session is gone (it died in the middle of the
+    run: killed, out of memory): Py4J's connection broke or could not be made again."""
+    try:
+        from py4j.protocol import Py4JNetworkError
+    except ImportError:  # a Spark Connect client without Py4J
+        return None
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, Py4JNetworkError) or (
+                isinstance(seen, ConnectionError)
+                and any("py4j" in f.filename for f in traceback.extract_tb(seen.__traceback__))):
+            return LeakcheckError(IO, "lost the connection to Spark's JVM: it stopped in the "
+                                  "middle of the run (killed, or out of memory)",
+                                  "run again; if it stops again, give Spark more memory "
+                                  "(--conf spark.driver.memory=...) or fewer cores")
+        seen = seen.__cause__ or seen.__context__
     return None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 from pathlib import Path
 
@@ -627,6 +628,40 @@ def test_an_interrupted_write_stops_its_spark_tasks_before_rolling_back(spark, t
     assert not outputs._busy(tracker, tracker.getJobIdsForGroup())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["writing"]
     assert not [r for r in caplog.records if "sending command" in r.getMessage()], caplog.text
+
+
+def test_a_jvm_that_dies_mid_run_is_one_error_line_and_leaves_no_output(data):
+    # Killed (the OOM killer, say) between two Spark calls of the run: LC_E_IO, not "a bug in
+    # leakcheck-spark" after a Py4J connection error and the accumulator server's traceback.
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "leakcheck_spark", "clean", "--test", f"p={data / 'test.jsonl'}",
+         "--against", f"q={data / 'train.jsonl'}", "--text-field", "func", "--out",
+         data / "out" / "c.jsonl", "--master", "local[1]"],
+        stderr=subprocess.PIPE, text=True, cwd=data)
+    watchdog = threading.Timer(300, proc.kill)  # a test never hangs on a run that went wrong
+    watchdog.start()
+    try:
+        stderr = ""
+        for line in proc.stderr:
+            stderr += line
+            if "read 2 sources" in line:  # the run has Spark work left: cleaning, writing
+                jvm = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                     text=True).stdout.split()
+                assert jvm, "no JVM child"
+                for pid in jvm:
+                    os.kill(int(pid), signal.SIGKILL)
+        rc = proc.wait()
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    assert rc == 2 and error_code(stderr) == "LC_E_IO", stderr
+    assert "lost the connection to Spark's JVM" in stderr and "Traceback" not in stderr, stderr
+    assert sorted(p.name for p in data.iterdir()) == ["test.jsonl", "train.jsonl"]
 
 
 def test_what_a_killed_run_left_is_restored_or_reported_never_deleted(tmp_path, caplog):
