@@ -136,6 +136,13 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
         return LeakcheckError(
             BAD_FORMAT, f"cannot read {display_path(m.group(1))}" + (f": {cause}" if cause else "")
         )
+    if "Python worker exited unexpectedly" in text:
+        return LeakcheckError(IO, "a Python worker of a Spark task crashed (killed, or out of "
+                              "memory)", "run again; if it crashes again, give the Python "
+                              "workers more memory or fewer cores (--conf "
+                              "spark.executor.memory=..., spark.driver.memory=... in local "
+                              "mode), or use smaller Arrow batches (--conf "
+                              "spark.sql.execution.arrow.maxRecordsPerBatch=...)")
     if "PATH_NOT_FOUND" in text or "FileNotFoundException" in text:
         return LeakcheckError(IO, _first_line(text))
     if "AccessDeniedException" in text or "Permission denied" in text:

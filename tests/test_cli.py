@@ -664,6 +664,26 @@ def test_a_jvm_that_dies_mid_run_is_one_error_line_and_leaves_no_output(data):
     assert sorted(p.name for p in data.iterdir()) == ["test.jsonl", "train.jsonl"]
 
 
+def test_a_python_worker_that_crashes_is_one_io_error_line(spark, tmp_path):
+    # The OOM killer (here: SIGKILL) ending a task's Python worker: LC_E_IO with a hint, not
+    # "unexpected failure: Py4JJavaError ... a bug in leakcheck-spark".
+    import signal
+
+    from leakcheck_spark import errors
+
+    def crash(batches):
+        for batch in batches:
+            os.kill(os.getpid(), signal.SIGKILL)
+            yield batch
+
+    with pytest.raises(Exception) as info:  # noqa: PT011 - Spark's own exception
+        spark.range(4, numPartitions=1).mapInPandas(crash, "id long").write.parquet(
+            str(tmp_path / "out"))
+    err = errors.from_spark_exception(info.value)
+    assert err is not None and err.code == "LC_E_IO", str(info.value)[:500]
+    assert LINE.match(err.line()) and "Python worker of a Spark task crashed" in err.message
+
+
 def test_what_a_killed_run_left_is_restored_or_reported_never_deleted(tmp_path, caplog):
     from leakcheck_spark import outputs
 
