@@ -158,7 +158,9 @@ def lost_jvm(exc: BaseException) -> LeakcheckError | None:
     except ImportError:  # a Spark Connect client without Py4J
         return None
     seen: BaseException | None = exc
-    while seen is not None:
+    chain: set[int] = set()
+    while seen is not None and id(seen) not in chain:
+        chain.add(id(seen))
         if isinstance(seen, Py4JNetworkError) or (
                 isinstance(seen, ConnectionError)
                 and any("py4j" in f.filename for f in traceback.extract_tb(seen.__traceback__))):
