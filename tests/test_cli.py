@@ -615,6 +615,8 @@ def test_an_interrupted_write_stops_its_spark_tasks_before_rolling_back(spark, t
     args = cli.build_parser().parse_args(["fingerprint", "-d", "x=y"])
     pyspark_handler = signal.getsignal(signal.SIGINT)  # the fixture's SparkContext installed it
     assert pyspark_handler is not signal.default_int_handler
+    tracker = spark.sparkContext.statusTracker()
+    earlier = set(tracker.getJobIdsForGroup())  # other tests' jobs
     with cli._quiet_py4j(), cli._signals_unwind():
         # A run builds its SparkContext inside main, which installs PySpark's handler again.
         signal.signal(signal.SIGINT, pyspark_handler)
@@ -624,8 +626,8 @@ def test_an_interrupted_write_stops_its_spark_tasks_before_rolling_back(spark, t
         with pytest.raises(getattr(cli, raised, KeyboardInterrupt)), outputs.all_or_nothing():
             outputs.write_rows(rows, str(tmp_path / "out" / "rows"), "parquet", ["id"], ["id"])
     # Nothing of the write runs once the rollback is done (the process would end here).
-    tracker = spark.sparkContext.statusTracker()
-    assert not outputs._busy(tracker, tracker.getJobIdsForGroup())
+    write = [j for j in tracker.getJobIdsForGroup() if j not in earlier]
+    assert write and not outputs._busy(tracker, write), [tracker.getJobInfo(j) for j in write]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["writing"]
     assert not [r for r in caplog.records if "sending command" in r.getMessage()], caplog.text
 
