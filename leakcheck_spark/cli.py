@@ -463,8 +463,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from leakcheck_spark.session import get_session
-
     if args.command == "images":
         return run_images(args)
     if args.command == "fingerprint":
@@ -488,8 +486,7 @@ def _run(args: argparse.Namespace) -> int:
         check_sources(sources, splits=False)
     check_outputs(args, [s.path for s in sources],
                   in_place=sources[0].path if args.command == "clean" else None)
-    spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
-                        remote=args.remote)
+    spark = _session(args)
     check_table_outputs(spark, args, [s.path for s in sources])
     if args.command == "audit":
         from leakcheck_spark.audit import audit
@@ -530,7 +527,6 @@ def _run(args: argparse.Namespace) -> int:
 def run_fingerprint(args: argparse.Namespace) -> int:
     """The fingerprint command (SPEC section 8)."""
     from leakcheck_spark.fingerprint import fingerprint_sources, render
-    from leakcheck_spark.session import get_session
 
     if not args.datasets:
         raise LeakcheckError(errors.USAGE, "fingerprint needs at least one -d NAME[:SPLIT]=SOURCE")
@@ -540,8 +536,7 @@ def run_fingerprint(args: argparse.Namespace) -> int:
     sources = [s if s.text_field else dataclasses.replace(s, noleak=True) for s in sources]
     check_sources(sources)
     check_outputs(args, [s.path for s in sources])
-    spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
-                        remote=args.remote)
+    spark = _session(args)
     check_table_outputs(spark, args, [s.path for s in sources])
     prints = fingerprint_sources(sources, args.by, spark=spark)
     if args.json is not None:
@@ -555,7 +550,6 @@ def run_fingerprint(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     """The check command (SPEC section 8): exit 1 if the eval set is contaminated."""
     from leakcheck_spark.check import EVAL, TRAIN, check, check_n
-    from leakcheck_spark.session import get_session
 
     # --id-field names the eval records in the per-record list; train ids are not used.
     train = [Source(TRAIN, path, text_field=args.text_field, noleak=True) for path in args.train]
@@ -564,8 +558,7 @@ def run_check(args: argparse.Namespace) -> int:
     check_n(args.n)  # before Spark starts
     options = build_options(args)
     check_outputs(args, [*args.train, args.eval])
-    spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
-                        remote=args.remote)
+    spark = _session(args)
     check_table_outputs(spark, args, [*args.train, args.eval])
     result = check(train, eval_source, args.n, options, spark=spark)
     try:
@@ -583,7 +576,6 @@ def run_images(args: argparse.Namespace) -> int:
     """The images command (SPEC section 7)."""
     from leakcheck_spark.images import ImageOptions, check_fields, images
     from leakcheck_spark.resplit import parse_priority
-    from leakcheck_spark.session import get_session
 
     if not args.datasets:
         raise LeakcheckError(errors.USAGE, "images needs at least one -d NAME[:SPLIT]=SOURCE")
@@ -594,8 +586,7 @@ def run_images(args: argparse.Namespace) -> int:
     check_fields(sources, options)
     priority = parse_priority(args.priority)
     check_outputs(args, [s.path for s in sources])
-    spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
-                        remote=args.remote)
+    spark = _session(args)
     check_table_outputs(spark, args, [s.path for s in sources])
     check_listed_images(spark, args, sources, options)
     result = images(sources, options, spark=spark)
@@ -640,14 +631,49 @@ class Terminated(KeyboardInterrupt):
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    # Later SIGTERMs are ignored while the run unwinds, so they cannot cut the rollback short
-    # (a scheduler that will not wait sends SIGKILL; the next run then reports the leftovers).
-    # No JVM call here (PySpark's Ctrl-C handler cancels the jobs): the main thread may be inside
-    # one on the same pinned Py4J connection, and a nested call fails as a reentrant read.  The
-    # process ends right after the rollback, and the JVM with it.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _unwinding()
     _TERMINATED.set()
     raise Terminated
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    # In place of PySpark's handler, which cancels all jobs from inside the handler: the main
+    # thread is usually inside a JVM call on the same pinned Py4J connection, the nested call
+    # fails as a reentrant read and prints a Py4J traceback (and the jobs run on).
+    _unwinding()
+    raise KeyboardInterrupt
+
+
+def _unwinding() -> None:
+    # No JVM call in a handler (see _on_sigint): an interrupted write cancels its own jobs as it
+    # unwinds (outputs.staged), and the process ends right after the rollback, the JVM with it.
+    # Later Ctrl-Cs and SIGTERMs are ignored while the run unwinds, so they cannot cut the
+    # rollback short: it waits for the write's tasks (bounded) and then only renames and deletes.
+    # Who will not wait sends SIGKILL; the next run then reports the leftovers.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _session(args: argparse.Namespace) -> SparkSession:
+    """The run's session (:func:`session.get_session`).  Building a SparkContext installs
+    PySpark's Ctrl-C handler; inside :func:`main` the CLI's own is put back."""
+    from leakcheck_spark.session import get_session
+
+    spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
+                        remote=args.remote)
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:  # inside main, on the main thread
+        signal.signal(signal.SIGINT, _on_sigint)
+    # A JVM that dies in the middle of the run breaks the connection of PySpark's accumulator
+    # server, which prints a traceback from its own thread; the run says so in one error line
+    # instead (errors.lost_jvm).
+    server = getattr(getattr(spark, "_sc", None), "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = _no_trace
+    return spark
+
+
+def _no_trace(*_: object) -> None:
+    pass
 
 
 def _no_interrupt_trace(record: logging.LogRecord) -> bool:
@@ -672,24 +698,27 @@ def _quiet_py4j() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` inside the block; the previous handler is restored
-    after it.  Only the CLI edge installs it (a library must not take over a process's
-    signals), and only Python's main thread can."""
+def _signals_unwind() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` and Ctrl-C KeyboardInterrupt inside the block, once
+    (see :func:`_unwinding`); the previous handlers are restored after it.  Only the CLI edge
+    installs them (a library must not take over a process's signals), and only Python's main
+    thread can."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _TERMINATED.clear()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, _on_sigint),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, _on_sigterm)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script, ``python -m leakcheck_spark`` and ``jobs/*.py``."""
-    with _quiet_py4j(), _sigterm_unwinds():
+    with _quiet_py4j(), _signals_unwind():
         return _main(argv)
 
 

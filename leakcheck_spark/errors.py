@@ -11,6 +11,7 @@ A stage a user composes checks its input's schema first (:func:`require_columns`
 from __future__ import annotations
 
 import re
+import traceback
 from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
@@ -119,6 +120,9 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
 
     Returns None when the exception is not recognised (a genuine bug: let it propagate).
     """
+    lost = lost_jvm(exc)
+    if lost is not None:
+        return lost
     text = str(exc)
     m = re.search(r"\[(LC_E_[A-Z_]+)\] (.*)", text)
     if m and m.group(1) in CODES:
@@ -132,10 +136,39 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
         return LeakcheckError(
             BAD_FORMAT, f"cannot read {display_path(m.group(1))}" + (f": {cause}" if cause else "")
         )
+    if "Python worker exited unexpectedly" in text:
+        return LeakcheckError(IO, "a Python worker of a Spark task crashed (killed, or out of "
+                              "memory)", "run again; if it crashes again, give the Python "
+                              "workers more memory or fewer cores (--conf "
+                              "spark.executor.memory=..., spark.driver.memory=... in local "
+                              "mode), or use smaller Arrow batches (--conf "
+                              "spark.sql.execution.arrow.maxRecordsPerBatch=...)")
     if "PATH_NOT_FOUND" in text or "FileNotFoundException" in text:
         return LeakcheckError(IO, _first_line(text))
     if "AccessDeniedException" in text or "Permission denied" in text:
         return LeakcheckError(IO, _first_line(text))
+    return None
+
+
+def lost_jvm(exc: BaseException) -> LeakcheckError | None:
+    """LC_E_IO when `exc` says the JVM behind the session is gone (it died in the middle of the
+    run: killed, out of memory): Py4J's connection broke or could not be made again."""
+    try:
+        from py4j.protocol import Py4JNetworkError
+    except ImportError:  # a Spark Connect client without Py4J
+        return None
+    seen: BaseException | None = exc
+    chain: set[int] = set()
+    while seen is not None and id(seen) not in chain:
+        chain.add(id(seen))
+        if isinstance(seen, Py4JNetworkError) or (
+                isinstance(seen, ConnectionError)
+                and any("py4j" in f.filename for f in traceback.extract_tb(seen.__traceback__))):
+            return LeakcheckError(IO, "lost the connection to Spark's JVM: it stopped in the "
+                                  "middle of the run (killed, or out of memory)",
+                                  "run again; if it stops again, give Spark more memory "
+                                  "(--conf spark.driver.memory=...) or fewer cores")
+        seen = seen.__cause__ or seen.__context__
     return None
 
 

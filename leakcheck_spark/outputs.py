@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import shutil
+import time
 import uuid
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
@@ -79,7 +80,8 @@ def staged(spark: SparkSession, final: str) -> Iterator[str]:
     fs.make_parents(_split(final)[0])
     fs.recover(final)
     try:
-        yield staging
+        with _own_jobs(spark):
+            yield staging
         fs.replace(staging, final)
     except BaseException as exc:
         fs.delete(staging)
@@ -89,6 +91,71 @@ def staged(spark: SparkSession, final: str) -> Iterator[str]:
         if err is not None:
             raise err from None
         raise
+
+
+# How long a failed or interrupted write waits for its Spark tasks to stop before its staging is
+# removed all the same (a cancelled task stops at its next record; a Python worker is killed after
+# spark.python.task.killTimeout, 2 s by default).
+_STOP_WAIT = 30.0
+
+
+@contextlib.contextmanager
+def _own_jobs(spark: SparkSession | None) -> Iterator[None]:
+    """The Spark jobs the block starts carry a tag of their own; when the block fails (a write
+    that failed, Ctrl-C, SIGTERM) they are cancelled, and their tasks waited for, before the
+    caller removes the staging path: a task still running would otherwise go on writing into it
+    (recreating it) after the rollback.  Only this block's jobs: other jobs of a shared session
+    are left alone."""
+    if spark is None:
+        yield
+        return
+    tag = f"leakcheck-spark-write-{uuid.uuid4().hex}"
+    connect = _is_connect(spark)
+    if connect:
+        spark.addTag(tag)
+    else:
+        spark.sparkContext.addJobTag(tag)
+    try:
+        yield
+    except BaseException:
+        _stop_jobs(spark, tag, connect)
+        raise
+    finally:
+        with contextlib.suppress(Exception):  # the gateway may be gone (a JVM that died)
+            if connect:
+                spark.removeTag(tag)
+            else:
+                spark.sparkContext.removeJobTag(tag)
+
+
+def _stop_jobs(spark: SparkSession, tag: str, connect: bool) -> None:
+    """Cancel the jobs tagged `tag` and wait (at most :data:`_STOP_WAIT`) until none of their
+    tasks runs.  Under Spark Connect the server is asked to interrupt them; it does not report
+    when their tasks have stopped."""
+    try:
+        if connect:
+            spark.interruptTag(tag)
+            return
+        sc = spark.sparkContext
+        sc.cancelJobsWithTag(tag)
+        tracker = sc.statusTracker()
+        deadline = time.monotonic() + _STOP_WAIT
+        while time.monotonic() < deadline:
+            if not _busy(tracker, sc._jsc.sc().statusTracker().getJobIdsForTag(tag)):
+                return
+            time.sleep(0.1)
+        log.warning("Spark tasks of an interrupted write still ran after %.0f s", _STOP_WAIT)
+    except Exception:  # noqa: BLE001 - no JVM left (it died, or with this process): no tasks
+        log.debug("could not stop the jobs of tag %s", tag, exc_info=True)
+
+
+def _busy(tracker, job_ids: Iterable[int]) -> bool:  # noqa: ANN001 - a StatusTracker
+    """Whether one of the jobs still runs or a task of theirs has yet to end (a cancelled job
+    ends at once; its running tasks end when they notice)."""
+    jobs = [tracker.getJobInfo(j) for j in job_ids]
+    stages = [tracker.getStageInfo(s) for job in jobs if job for s in job.stageIds]
+    return (any(job and job.status == "RUNNING" for job in jobs)
+            or any(stage and stage.numActiveTasks for stage in stages))
 
 
 def remove(spark: SparkSession, path: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 from pathlib import Path
 
@@ -571,6 +572,118 @@ def test_sigterm_rolls_back_like_ctrl_c_with_exit_143(cli, data, monkeypatch):
     assert rc == 143 and stderr.strip().endswith("leakcheck-spark: interrupted (SIGTERM)"), stderr
     assert sorted(p.name for p in data.iterdir()) == ["rep", "test.jsonl", "train.jsonl"]
     assert [p.name for p in (data / "rep").iterdir()] == ["old.txt"]
+
+
+def _wait_until(condition, what: str, seconds: float = 120) -> None:
+    """Poll `condition` (bounded: a test never hangs on a run that went wrong)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("signum, raised", [("SIGTERM", "Terminated"),
+                                            ("SIGINT", "KeyboardInterrupt")])
+def test_an_interrupted_write_stops_its_spark_tasks_before_rolling_back(spark, tmp_path, caplog,
+                                                                       signum, raised):
+    # A signal in the middle of a write, with main's handlers: the rollback removes the staging
+    # directory, so the write's tasks must be stopped first, or they recreate it and fill it.
+    # And no Py4J traceback: PySpark's own Ctrl-C handler makes a JVM call from inside the one
+    # the main thread is blocked in, which fails (and logs it) as a reentrant read.
+    import os
+    import signal
+    import threading
+    import time
+
+    from leakcheck_spark import cli, outputs
+
+    marker = str(tmp_path / "writing")
+
+    def slow(batches):
+        for batch in batches:
+            with open(marker, "a") as fh:
+                fh.write("x")
+            time.sleep(0.2)
+            yield batch
+
+    def signal_once_writing():
+        _wait_until(lambda: os.path.exists(marker), "the write to start")
+        os.kill(os.getpid(), getattr(signal, signum))
+
+    args = cli.build_parser().parse_args(["fingerprint", "-d", "x=y"])
+    pyspark_handler = signal.getsignal(signal.SIGINT)  # the fixture's SparkContext installed it
+    assert pyspark_handler is not signal.default_int_handler
+    tracker = spark.sparkContext.statusTracker()
+    earlier = set(tracker.getJobIdsForGroup())  # other tests' jobs
+    with cli._quiet_py4j(), cli._signals_unwind():
+        # A run builds its SparkContext inside main, which installs PySpark's handler again.
+        signal.signal(signal.SIGINT, pyspark_handler)
+        session = cli._session(args)
+        rows = session.range(0, 40, numPartitions=8).mapInPandas(slow, "id long")
+        threading.Thread(target=signal_once_writing, daemon=True).start()
+        with pytest.raises(getattr(cli, raised, KeyboardInterrupt)), outputs.all_or_nothing():
+            outputs.write_rows(rows, str(tmp_path / "out" / "rows"), "parquet", ["id"], ["id"])
+    # Nothing of the write runs once the rollback is done (the process would end here).
+    write = [j for j in tracker.getJobIdsForGroup() if j not in earlier]
+    assert write and not outputs._busy(tracker, write), [tracker.getJobInfo(j) for j in write]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["writing"]
+    assert not [r for r in caplog.records if "sending command" in r.getMessage()], caplog.text
+
+
+def test_a_jvm_that_dies_mid_run_is_one_error_line_and_leaves_no_output(data):
+    # Killed (the OOM killer, say) between two Spark calls of the run: LC_E_IO, not "a bug in
+    # leakcheck-spark" after a Py4J connection error and the accumulator server's traceback.
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "leakcheck_spark", "clean", "--test", f"p={data / 'test.jsonl'}",
+         "--against", f"q={data / 'train.jsonl'}", "--text-field", "func", "--out",
+         data / "out" / "c.jsonl", "--master", "local[1]"],
+        stderr=subprocess.PIPE, text=True, cwd=data)
+    watchdog = threading.Timer(300, proc.kill)  # a test never hangs on a run that went wrong
+    watchdog.start()
+    try:
+        stderr = ""
+        for line in proc.stderr:
+            stderr += line
+            if "read 2 sources" in line:  # the run has Spark work left: cleaning, writing
+                jvm = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                     text=True).stdout.split()
+                assert jvm, "no JVM child"
+                for pid in jvm:
+                    os.kill(int(pid), signal.SIGKILL)
+        rc = proc.wait()
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    assert rc == 2 and error_code(stderr) == "LC_E_IO", stderr
+    assert "lost the connection to Spark's JVM" in stderr and "Traceback" not in stderr, stderr
+    assert sorted(p.name for p in data.iterdir()) == ["test.jsonl", "train.jsonl"]
+
+
+def test_a_python_worker_that_crashes_is_one_io_error_line(spark, tmp_path):
+    # The OOM killer (here: SIGKILL) ending a task's Python worker: LC_E_IO with a hint, not
+    # "unexpected failure: Py4JJavaError ... a bug in leakcheck-spark".
+    import signal
+
+    from leakcheck_spark import errors
+
+    def crash(batches):
+        for batch in batches:
+            os.kill(os.getpid(), signal.SIGKILL)
+            yield batch
+
+    with pytest.raises(Exception) as info:  # noqa: PT011 - Spark's own exception
+        spark.range(4, numPartitions=1).mapInPandas(crash, "id long").write.parquet(
+            str(tmp_path / "out"))
+    err = errors.from_spark_exception(info.value)
+    assert err is not None and err.code == "LC_E_IO", str(info.value)[:500]
+    assert LINE.match(err.line()) and "Python worker of a Spark task crashed" in err.message
 
 
 def test_what_a_killed_run_left_is_restored_or_reported_never_deleted(tmp_path, caplog):
