@@ -9,7 +9,7 @@ import random
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
-from conftest import write_jsonl
+from conftest import spark_conf, write_jsonl
 
 from leakcheck_spark.minhash import noleak_words, shingle_hash, shingles, word_grams
 
@@ -238,6 +238,40 @@ def test_library_check(spark, tmp_path):
         assert res.records.orderBy("row").select("id", "exact").collect() == [(0, True), (1, False)]
     finally:
         res.unpersist()
+
+
+def test_check_is_the_same_on_any_partitioning(spark, tmp_path):
+    """Counts, samples and records/ (near included) do not depend on the shuffle partitions,
+    on input files split into many blocks, or on AQE."""
+    import leakcheck_spark as L
+    from leakcheck_spark.options import Options
+
+    train_a, train_b, ev = planted(3)
+    ev += [t + " extra" for t in train_a if len(t.split()) >= 25][:12]  # near copies
+    write_jsonl(tmp_path / "train" / "part-0.jsonl", [{"text": t} for t in train_a])
+    write_jsonl(tmp_path / "train" / "part-1.jsonl", [{"text": t} for t in train_b])
+    write_jsonl(tmp_path / "eval.jsonl", [{"id": f"e{i}", "text": t} for i, t in enumerate(ev)])
+    runs = []
+    for conf in ({"spark.sql.shuffle.partitions": 1},
+                 {"spark.sql.shuffle.partitions": 7, "spark.sql.adaptive.enabled": "false",
+                  "spark.sql.files.maxPartitionBytes": 900, "spark.sql.files.openCostInBytes": 0}):
+        with spark_conf(spark, **conf):
+            res = L.check([str(tmp_path / "train")],
+                          L.Source("eval", str(tmp_path / "eval.jsonl"), text_field="text",
+                                   id_field="id"), n=5,
+                          options=Options(near=True), spark=spark)
+            try:
+                rep = res.to_dict()
+                out = tmp_path / f"out{len(runs)}"
+                res.write(str(out), "json")
+            finally:
+                res.unpersist()
+        rep.pop("timings")
+        runs.append((rep, [line for f in sorted((out / "records").glob("part-*"))
+                           for line in f.read_text().splitlines()]))
+    assert runs[0] == runs[1]
+    assert runs[0][0]["near_hits"] >= 10 and runs[0][0]["exact_hits"] >= 5
+    assert len(runs[0][1]) == len(ev)
 
 
 def test_sample_previews_are_noleaks(spark, tmp_path):
