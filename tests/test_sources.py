@@ -48,6 +48,19 @@ def test_jsonl_row_index_ids_over_glob_in_path_order(spark, tmp_path):
         assert_df_equality(records(spark, [src]), expected, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_files_with_names_a_uri_escapes_are_read_in_path_order(spark, tmp_path):
+    # Spark names files by URI, where "é" is "%C3%A9" and sorts before "a": the row ids must
+    # follow the paths themselves (a, z, é; "b c" and "b-c" as written).
+    for name in ("é", "z", "a", "b c", "b-c", "b#c"):
+        write_jsonl(tmp_path / "in" / f"{name}.jsonl", [{"t": name}])
+    src = Source("d", str(tmp_path / "in"), split="train", text_field="t")
+    names = sorted(["é", "z", "a", "b c", "b-c", "b#c"])
+    expected = spark.createDataFrame(
+        [("d", "train", "d/train", i, i, t, None, None) for i, t in enumerate(names)], SCHEMA_INT)
+    assert_df_equality(records(spark, [src]), expected, ignore_row_order=True,
+                       ignore_nullable=True)
+
+
 def test_row_index_continues_across_sources_of_one_dataset(spark, tmp_path):
     write_jsonl(tmp_path / "train.jsonl", [{"t": "x"}, {"t": "y"}])
     write_jsonl(tmp_path / "test.jsonl", [{"t": "z"}])
