@@ -414,10 +414,11 @@ def parse_json_lists(
     batches: Iterator[pd.DataFrame], src: Source, keep_raw: bool,
     derived: Derived = NOTHING_DERIVED,
 ) -> Iterator[pd.DataFrame]:
-    """mapInPandas body for ``.json`` files (each a list of objects, read whole by binaryFile).
+    """mapInPandas body for ``.json`` files (each a list of objects, one object, or JSON Lines;
+    read whole by binaryFile).
 
-    Input columns: path, content (binary); one output row per list element, with the `derived`
-    columns.
+    Input columns: path, content (binary); one output row per list element (or line), with the
+    `derived` columns.
     """
     import pandas as pd
 
@@ -428,12 +429,19 @@ def parse_json_lists(
             try:
                 if file.lower().endswith(".gz"):
                     data = gzip.decompress(data)
-                items = json.loads(data.decode("utf-8-sig"))
-                if not isinstance(items, list):
+                text = data.decode("utf-8-sig")
+                items = _json_value(text)
+                if isinstance(items, dict):  # one object: one record
+                    items = [items]
+                if not isinstance(items, list) and items is not None:
                     raise ValueError(f"expected a JSON list of objects, got {type(items).__name__}")
             except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError) as exc:
                 fields = _row_error(errors.BAD_FORMAT, f"cannot read {{file}}: {exc}")
                 _append(out, file, 0, 0, 0, fields, None)
+                yield derived.add(pd.DataFrame(out))
+                continue
+            if items is None:  # JSON Lines in a .json file
+                _json_lines(out, file, text, src, keep_raw)
                 yield derived.add(pd.DataFrame(out))
                 continue
             for i, obj in enumerate(items):
@@ -441,6 +449,34 @@ def parse_json_lists(
                 _append(out, file, 0, i, i, parse_object(obj, src), raw)
             if items:  # an empty list has no rows (and an empty frame no column types)
                 yield derived.add(pd.DataFrame(out))
+
+
+def _json_value(text: str) -> object:
+    """The JSON value a .json file holds, or None when it holds JSON Lines (one value per line,
+    as Spark's and pandas' JSON writers write .json files, and Hugging Face reads them)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # a whole value, then more: the first line of JSON Lines
+            return None
+        raise
+
+
+def _json_lines(out: dict, file: str, text: str, src: Source, keep_raw: bool) -> None:
+    """Append the records of a .json file that holds JSON Lines to `out`, read as a .jsonl file
+    is (blank and comment lines skipped); a row error names its line."""
+    seq = 0
+    for n, line in enumerate(text.split("\n"), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(JSONL_COMMENTS):
+            continue
+        fields = _line_fields(line, stripped, src, "jsonl")
+        if fields[-1] is not None:  # the driver names a .json row by its element: name the line
+            err = errors.decode_row_error(fields[-1])
+            fields = _row_error(err.code, err.message.replace("{where}", f"line {n} of {{file}}",
+                                                              1), err.hint)
+        _append(out, file, 0, seq, seq, fields, line if keep_raw else None)
+        seq += 1
 
 
 def _append(out: dict, file: str, block: int, line: int, seq: int | None, fields: tuple,

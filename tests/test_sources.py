@@ -11,7 +11,7 @@ import pytest
 from chispa import assert_df_equality
 from conftest import spark_conf, write_jsonl
 
-from leakcheck_spark import Options, Source
+from leakcheck_spark import LeakcheckError, Options, Source
 from leakcheck_spark.sources import file_format, read_records
 
 COLS = ["dataset", "split", "group", "id", "row", "text", "label", "label_canon"]
@@ -122,6 +122,24 @@ def test_a_json_integer_id_beyond_a_long_makes_the_ids_text(spark, tmp_path):
     expected = spark.createDataFrame([("d", "s", "d/s", str(10**20), 0, "a", None, None),
                                       ("d", "s", "d/s", "9", 1, "b", None, None)], SCHEMA_STR)
     assert_df_equality(records(spark, [src]), expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_json_file_of_json_lines_reads_as_jsonl(spark, tmp_path):
+    # Spark's and pandas' JSON writers (and many Hugging Face datasets) put JSON Lines in .json
+    # files: each line is a record, as in a .jsonl file, and an error names the line.
+    rows = [{"i": 4, "t": "a"}, {"i": 2, "t": "b"}, {"i": 9, "t": None}]
+    write_jsonl(tmp_path / "a.jsonl", rows)
+    (tmp_path / "a.json").write_text("\n".join(json.dumps(r) for r in rows[:2]) + "\n\n"
+                                     + json.dumps(rows[2]) + "\n", encoding="utf-8")
+    (tmp_path / "one.json").write_text(json.dumps(rows[0], indent=2), encoding="utf-8")
+    got = [records(spark, [Source("d", str(tmp_path / name), split="s", text_field="t",
+                                  id_field="i")]) for name in ("a.json", "a.jsonl")]
+    assert_df_equality(got[0], got[1], ignore_row_order=True, ignore_nullable=True)
+    one = records(spark, [Source("d", str(tmp_path / "one.json"), split="s", text_field="t")])
+    assert [(r.id, r.text) for r in one.collect()] == [(0, "a")]  # one object: one record
+    (tmp_path / "b.json").write_text('{"t": "a"}\n{"u": 1}\n', encoding="utf-8")
+    with pytest.raises(LeakcheckError, match=r"field 't' not in line 2 of .*b\.json; fields "):
+        records(spark, [Source("d", str(tmp_path / "b.json"), split="s", text_field="t")])
 
 
 def test_directory_reads_supported_files_below_it(spark, tmp_path):
