@@ -16,7 +16,7 @@ the same for any partitioning, master or number of executors.
 Formats: ``.jsonl``/``.ndjson`` and ``.txt`` are read as lines (splittable; the raw line is kept so
 `clean` can write kept rows byte-identical), ``.json`` lists are parsed whole per file, ``.csv`` and
 ``.parquet`` through Spark's own readers (their original columns are kept for `clean`).  Any of the
-text formats may be gzipped (``.gz``).
+text formats may be compressed (``.gz``, ``.bz2``; ``.zst`` but for ``.json``).
 
 Bad rows do not raise inside Spark tasks (that would surface as a Py4J traceback): the parse stages
 put the problem in the `_lc_err` column and :func:`read_records` raises the first one in read order
@@ -25,6 +25,7 @@ as a :class:`~leakcheck_spark.errors.LeakcheckError`, naming the file and line.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 import zlib
@@ -50,6 +51,10 @@ EXTENSIONS = {
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv",
     ".parquet": "parquet", ".txt": "txt",
 }
+# A compression ending (read by Spark's Hadoop codecs) -> the formats it may compress.  A .json
+# list is decompressed in Python, which has no zstd before 3.14.
+COMPRESSIONS = {".gz": ("jsonl", "json", "csv", "txt"), ".bz2": ("jsonl", "json", "csv", "txt"),
+                ".zst": ("jsonl", "csv", "txt")}
 LINE_FORMATS = ("jsonl", "txt")
 # JSONL lines that are comments, as the reference leakcheck accepts them (no JSON value starts so):
 # skipped like blank lines, so a comment-only file is an empty input.
@@ -83,14 +88,15 @@ def file_format(path: str) -> str | None:
 
     >>> file_format("a/b.JSONL.gz"), file_format("x.parquet"), file_format("x.parquet.gz")
     ('jsonl', 'parquet', None)
+    >>> file_format("a.csv.bz2"), file_format("a.jsonl.zst"), file_format("a.json.zst")
+    ('csv', 'jsonl', None)
     """
     low = path.lower()
-    gz = low.endswith(".gz")
-    if gz:
-        low = low[:-3]
+    suffix = next((c for c in COMPRESSIONS if low.endswith(c)), "")
+    low = low[:len(low) - len(suffix)]
     for ext, fmt in EXTENSIONS.items():
         if low.endswith(ext):
-            return None if gz and fmt == "parquet" else fmt
+            return fmt if not suffix or fmt in COMPRESSIONS[suffix] else None
     return None
 
 
@@ -178,10 +184,7 @@ def list_files(spark: SparkSession, src: Source) -> list[tuple[str, str]]:
     files = sorted(r.path for r in listed)
     supported = [(f, fmt) for f in files if (fmt := file_format(f))]
     if len(files) == 1 and not supported and not _has_glob(path):
-        raise LeakcheckError(
-            errors.BAD_FORMAT, f"unsupported file type: {path}",
-            "inputs are .jsonl/.ndjson, .json, .csv, .parquet or .txt, optionally .gz",
-        )
+        raise LeakcheckError(errors.BAD_FORMAT, f"unsupported file type: {path}")
     if not supported:
         raise LeakcheckError(errors.EMPTY_INPUT,
                              f"no records in {src.label}: no non-empty supported input files")
@@ -429,6 +432,8 @@ def parse_json_lists(
             try:
                 if file.lower().endswith(".gz"):
                     data = gzip.decompress(data)
+                elif file.lower().endswith(".bz2"):
+                    data = bz2.decompress(data)
                 text = data.decode("utf-8-sig")
                 items = _json_value(text)
                 if isinstance(items, dict):  # one object: one record

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 
@@ -31,6 +32,9 @@ def test_file_format():
     assert file_format("a.csv.gz") == "csv"
     assert file_format("a.txt") == "txt"
     assert file_format("a.parquet.gz") is None
+    assert file_format("a.jsonl.bz2") == "jsonl"
+    assert file_format("a.CSV.zst") == "csv"
+    assert file_format("a.json.zst") is None  # a .json list is decompressed in Python: no zstd
     assert file_format("a.xml") is None
 
 
@@ -140,6 +144,27 @@ def test_a_json_file_of_json_lines_reads_as_jsonl(spark, tmp_path):
     (tmp_path / "b.json").write_text('{"t": "a"}\n{"u": 1}\n', encoding="utf-8")
     with pytest.raises(LeakcheckError, match=r"field 't' not in line 2 of .*b\.json; fields "):
         records(spark, [Source("d", str(tmp_path / "b.json"), split="s", text_field="t")])
+
+
+def test_bz2_and_zstd_compressed_text_formats_read_as_plain(spark, tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    rows = [{"i": 4, "t": "a"}, {"i": 2, "t": "b, \"c\""}]
+    jsonl = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    csv_text = 'i,t\n4,a\n2,"b, ""c"""\n'.encode()
+    write_jsonl(tmp_path / "a.jsonl", rows)
+    (tmp_path / "a.jsonl.bz2").write_bytes(bz2.compress(jsonl))
+    (tmp_path / "a.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(jsonl))
+    (tmp_path / "a.json.bz2").write_bytes(bz2.compress(json.dumps(rows).encode()))
+    (tmp_path / "a.csv.bz2").write_bytes(bz2.compress(csv_text))
+    (tmp_path / "a.csv.zst").write_bytes(zstandard.ZstdCompressor().compress(csv_text))
+    expected = records(spark, [Source("d", str(tmp_path / "a.jsonl"), split="s", text_field="t",
+                                      id_field="i")])
+    for name in ("a.jsonl.bz2", "a.jsonl.zst", "a.json.bz2", "a.csv.bz2", "a.csv.zst"):
+        got = records(spark, [Source("d", str(tmp_path / name), split="s", text_field="t",
+                                     id_field="i")])
+        if name.startswith("a.csv"):  # CSV ids are strings
+            got = got.withColumn("id", got["id"].cast("long"))
+        assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_directory_reads_supported_files_below_it(spark, tmp_path):
