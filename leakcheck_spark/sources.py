@@ -417,8 +417,8 @@ def parse_json_lists(
     batches: Iterator[pd.DataFrame], src: Source, keep_raw: bool,
     derived: Derived = NOTHING_DERIVED,
 ) -> Iterator[pd.DataFrame]:
-    """mapInPandas body for ``.json`` files (each a list of objects, one object, or JSON Lines;
-    read whole by binaryFile).
+    """mapInPandas body for ``.json`` files (each a list of objects, or JSON Lines; read whole by
+    binaryFile).
 
     Input columns: path, content (binary); one output row per list element (or line), with the
     `derived` columns.
@@ -436,8 +436,6 @@ def parse_json_lists(
                     data = bz2.decompress(data)
                 text = data.decode("utf-8-sig")
                 items = _json_value(text)
-                if isinstance(items, dict):  # one object: one record
-                    items = [items]
                 if not isinstance(items, list) and items is not None:
                     raise ValueError(f"expected a JSON list of objects, got {type(items).__name__}")
             except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError) as exc:
