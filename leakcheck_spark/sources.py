@@ -30,7 +30,7 @@ import gzip
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from leakcheck_spark import errors, hf
 from leakcheck_spark.errors import LeakcheckError, encode_row_error
@@ -240,6 +240,7 @@ def parse_object(obj: object, src: Source) -> tuple:
             return _row_error(
                 errors.MISSING_FIELD,
                 f"field {src.text_field!r} not in {{where}}; fields present: {_fields(obj)}",
+                nested_field_hint(src.text_field, obj),
             )
         if text is not None and not isinstance(text, str):
             return _row_error(
@@ -253,6 +254,7 @@ def parse_object(obj: object, src: Source) -> tuple:
             return _row_error(
                 errors.MISSING_FIELD,
                 f"id field {src.id_field!r} not in {{where}}; fields present: {_fields(obj)}",
+                nested_field_hint(src.id_field, obj),
             )
         # An integer id orders numerically as a long; one beyond a long's range (a JSON
         # number has none) is an id like any other text, not a failed cast.
@@ -331,6 +333,22 @@ def record_text(obj: object) -> str:
                 return value
         return " ".join(str(v) for v in obj.values() if v is not None)
     return str(obj)
+
+
+def nested_field_hint(name: str, present: Iterable[str]) -> str | None:
+    """The hint for a missing field `name` that looks like a path into a nested one
+    (``meta.text`` where ``meta`` is present), else None (the default hint).
+
+    >>> print(nested_field_hint("meta.text", {"meta": {}, "id": 1}).split(";")[0])
+    a field flag names a top-level field: 'meta.text' is not read inside 'meta'
+    >>> nested_field_hint("text", {"meta": {}}) is None
+    True
+    """
+    head = name.split(".", 1)[0]
+    if "." not in name or head not in present:
+        return None
+    return (f"a field flag names a top-level field: {name!r} is not read inside {head!r}; "
+            "flatten the data first (e.g. pandas.json_normalize, or jq)")
 
 
 def _row_error(code: str, message: str, hint: str | None = None) -> tuple:
@@ -592,7 +610,8 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         if name is not None and name not in schema:
             if fmt == "csv":
                 check_csv_header(spark, files[0], name)
-            raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}")
+            raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}",
+                                 nested_field_hint(name, schema))
 
     need("text field", src.text_field)
     need("id field", src.id_field)

@@ -164,6 +164,18 @@ def test_bz2_and_zstd_compressed_text_formats_read_as_plain(spark, tmp_path):
         assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_a_dotted_field_into_a_nested_one_says_fields_are_top_level(spark, tmp_path):
+    # HF-style rows nest their text: --text-field meta.text is not a path into `meta`, and the
+    # error says so, for JSON objects and for a Parquet struct column alike.
+    write_jsonl(tmp_path / "a.jsonl", [{"id": 1, "meta": {"text": "a"}}])
+    pq.write_table(pa.table({"id": [1], "meta": [{"text": "a"}]}), tmp_path / "a.parquet")
+    for name in ("a.jsonl", "a.parquet"):
+        src = Source("d", str(tmp_path / name), split="s", text_field="meta.text")
+        with pytest.raises(LeakcheckError) as info:
+            records(spark, [src])
+        assert "'meta.text' is not read inside 'meta'" in info.value.line(), name
+
+
 def test_directory_reads_supported_files_below_it(spark, tmp_path):
     write_jsonl(tmp_path / "d" / "x" / "1.jsonl", [{"t": "a"}])
     write_jsonl(tmp_path / "d" / "2.jsonl", [{"t": "b"}])
