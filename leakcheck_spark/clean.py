@@ -327,7 +327,7 @@ def write_rows(result: CleanResult, out: str) -> None:
         else:
             with outputs.staged(spark, out) as tmp:
                 if as_lines and result.options.format == "json":
-                    kept.select("raw").write.text(outputs.spark_uri(tmp))
+                    outputs.write_json_lines(kept.select("raw"), tmp)
                 else:
                     outputs.write_table(_as_table(spark, result, kept, aside), tmp,
                                         result.options.format)

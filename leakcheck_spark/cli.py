@@ -305,7 +305,8 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
     An output path may not be empty; may not be an input, a directory holding one, or lie inside
     an input directory (or the directory an input glob searches), as replacing it would delete
     the input -- except `in_place` (``clean --out`` naming its own ``--test`` file, read before it
-    is replaced); may not be, hold or lie inside another output; a JSON file may not be an
+    is replaced); may not be, hold or lie inside another output; a local one may not be or hold
+    the working directory (replacing it would empty it); a JSON file may not be an
     existing directory; and a local output's parent may not be a file.  The ``--config`` FILE is
     an input too (the images a list or table names are checked by :func:`check_listed_images`).
 
@@ -341,6 +342,11 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
                 raise _over_input(flag, path, where, src, source)
         if not is_local(path):
             continue
+        if within(comparable(os.getcwd()), where):  # replacing it would empty the user's cwd
+            what = "is" if comparable(os.getcwd()) == where else "holds"
+            raise LeakcheckError(errors.USAGE, f"{flag} {path} {what} the working directory: "
+                                 "replacing it would delete everything in it",
+                                 f"give {flag} a new path, e.g. a directory under this one")
         local = local_path(path)
         # A successful run replaces what is there: only an earlier output of the same kind, not
         # a directory where a file goes or a file where a directory goes.

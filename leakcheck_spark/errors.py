@@ -31,8 +31,8 @@ _HINTS = {
     BAD_VALUE: "the text field must hold strings (or null)",
     MISSING_FIELD: "check the field flags (--text-field, --id-field, ...) against the data",
     BAD_SPEC: "datasets are given as -d NAME[:SPLIT]=SOURCE; -o NAME.KEY=VALUE names one of them",
-    BAD_FORMAT: "inputs are .jsonl/.ndjson, .json (a list of objects), .csv, .parquet or .txt, "
-    "optionally .gz",
+    BAD_FORMAT: "inputs are .jsonl/.ndjson, .json (a list of objects, or JSON Lines), .csv, "
+    ".parquet or .txt; the text formats optionally .gz, .bz2 or .zst (not .json.zst)",
     IO: "check that the path exists and is readable",
     USAGE: "run 'leakcheck-spark --help' for the commands and flags",
 }

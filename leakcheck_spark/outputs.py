@@ -205,6 +205,18 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
         writer.parquet(spark_uri(path))
 
 
+def write_json_lines(df: DataFrame, path: str) -> None:
+    """Write the one string column of `df`, whose values are JSON texts, as they are: a
+    directory of JSON Lines part files named ``.json``, as :func:`write_table` names them (Spark's
+    text writer would name them ``.txt``, which a reader takes for lines of plain text)."""
+    df.write.mode("error").text(spark_uri(path))
+    fs = _files(df.sparkSession, path)
+    for part in fs.list(path):
+        parent, name = _split(part)
+        if name.startswith("part-") and name.endswith(".txt"):
+            fs.rename(part, _join(parent, name[:-len(".txt")] + ".json"))
+
+
 def csv_columns(df: DataFrame) -> DataFrame:
     """`df` with its array, struct and map columns as JSON text, which CSV can hold."""
     import pyspark.sql.functions as F

@@ -16,7 +16,7 @@ the same for any partitioning, master or number of executors.
 Formats: ``.jsonl``/``.ndjson`` and ``.txt`` are read as lines (splittable; the raw line is kept so
 `clean` can write kept rows byte-identical), ``.json`` lists are parsed whole per file, ``.csv`` and
 ``.parquet`` through Spark's own readers (their original columns are kept for `clean`).  Any of the
-text formats may be gzipped (``.gz``).
+text formats may be compressed (``.gz``, ``.bz2``; ``.zst`` but for ``.json``).
 
 Bad rows do not raise inside Spark tasks (that would surface as a Py4J traceback): the parse stages
 put the problem in the `_lc_err` column and :func:`read_records` raises the first one in read order
@@ -25,12 +25,13 @@ as a :class:`~leakcheck_spark.errors.LeakcheckError`, naming the file and line.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 import re
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from leakcheck_spark import errors, hf
 from leakcheck_spark.errors import LeakcheckError, encode_row_error
@@ -51,6 +52,10 @@ EXTENSIONS = {
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv",
     ".parquet": "parquet", ".txt": "txt",
 }
+# A compression ending (read by Spark's Hadoop codecs) -> the formats it may compress.  A .json
+# list is decompressed in Python, which has no zstd before 3.14.
+COMPRESSIONS = {".gz": ("jsonl", "json", "csv", "txt"), ".bz2": ("jsonl", "json", "csv", "txt"),
+                ".zst": ("jsonl", "csv", "txt")}
 LINE_FORMATS = ("jsonl", "txt")
 # JSONL lines that are comments, as the reference leakcheck accepts them (no JSON value starts so):
 # skipped like blank lines, so a comment-only file is an empty input.
@@ -90,14 +95,15 @@ def file_format(path: str) -> str | None:
 
     >>> file_format("a/b.JSONL.gz"), file_format("x.parquet"), file_format("x.parquet.gz")
     ('jsonl', 'parquet', None)
+    >>> file_format("a.csv.bz2"), file_format("a.jsonl.zst"), file_format("a.json.zst")
+    ('csv', 'jsonl', None)
     """
     low = path.lower()
-    gz = low.endswith(".gz")
-    if gz:
-        low = low[:-3]
+    suffix = next((c for c in COMPRESSIONS if low.endswith(c)), "")
+    low = low[:len(low) - len(suffix)]
     for ext, fmt in EXTENSIONS.items():
         if low.endswith(ext):
-            return None if gz and fmt == "parquet" else fmt
+            return fmt if not suffix or fmt in COMPRESSIONS[suffix] else None
     return None
 
 
@@ -185,10 +191,7 @@ def list_files(spark: SparkSession, src: Source) -> list[tuple[str, str]]:
     files = sorted(r.path for r in listed)
     supported = [(f, fmt) for f in files if (fmt := file_format(f))]
     if len(files) == 1 and not supported and not _has_glob(path):
-        raise LeakcheckError(
-            errors.BAD_FORMAT, f"unsupported file type: {path}",
-            "inputs are .jsonl/.ndjson, .json, .csv, .parquet or .txt, optionally .gz",
-        )
+        raise LeakcheckError(errors.BAD_FORMAT, f"unsupported file type: {path}")
     if not supported:
         raise LeakcheckError(errors.EMPTY_INPUT,
                              f"no records in {src.label}: no non-empty supported input files")
@@ -244,6 +247,7 @@ def parse_object(obj: object, src: Source) -> tuple:
             return _row_error(
                 errors.MISSING_FIELD,
                 f"field {src.text_field!r} not in {{where}}; fields present: {_fields(obj)}",
+                nested_field_hint(src.text_field, obj),
             )
         if text is not None and not isinstance(text, str):
             return _row_error(
@@ -257,6 +261,7 @@ def parse_object(obj: object, src: Source) -> tuple:
             return _row_error(
                 errors.MISSING_FIELD,
                 f"id field {src.id_field!r} not in {{where}}; fields present: {_fields(obj)}",
+                nested_field_hint(src.id_field, obj),
             )
         # An integer id orders numerically as a long; one beyond a long's range (a JSON
         # number has none) is an id like any other text, not a failed cast.
@@ -335,6 +340,22 @@ def record_text(obj: object) -> str:
                 return value
         return " ".join(str(v) for v in obj.values() if v is not None)
     return str(obj)
+
+
+def nested_field_hint(name: str, present: Iterable[str]) -> str | None:
+    """The hint for a missing field `name` that looks like a path into a nested one
+    (``meta.text`` where ``meta`` is present), else None (the default hint).
+
+    >>> print(nested_field_hint("meta.text", {"meta": {}, "id": 1}).split(";")[0])
+    a field flag names a top-level field: 'meta.text' is not read inside 'meta'
+    >>> nested_field_hint("text", {"meta": {}}) is None
+    True
+    """
+    head = name.split(".", 1)[0]
+    if "." not in name or head not in present:
+        return None
+    return (f"a field flag names a top-level field: {name!r} is not read inside {head!r}; "
+            "flatten the data first (e.g. pandas.json_normalize, or jq)")
 
 
 def _row_error(code: str, message: str, hint: str | None = None) -> tuple:
@@ -421,10 +442,11 @@ def parse_json_lists(
     batches: Iterator[pd.DataFrame], src: Source, keep_raw: bool,
     derived: Derived = NOTHING_DERIVED,
 ) -> Iterator[pd.DataFrame]:
-    """mapInPandas body for ``.json`` files (each a list of objects, read whole by binaryFile).
+    """mapInPandas body for ``.json`` files (each a list of objects, or JSON Lines; read whole by
+    binaryFile).
 
-    Input columns: path, content (binary); one output row per list element, with the `derived`
-    columns.
+    Input columns: path, content (binary); one output row per list element (or line), with the
+    `derived` columns.
     """
     import pandas as pd
 
@@ -435,12 +457,19 @@ def parse_json_lists(
             try:
                 if file.lower().endswith(".gz"):
                     data = gzip.decompress(data)
-                items = json.loads(data.decode("utf-8-sig"))
-                if not isinstance(items, list):
+                elif file.lower().endswith(".bz2"):
+                    data = bz2.decompress(data)
+                text = data.decode("utf-8-sig")
+                items = _json_value(text)
+                if not isinstance(items, list) and items is not None:
                     raise ValueError(f"expected a JSON list of objects, got {type(items).__name__}")
             except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError) as exc:
                 fields = _row_error(errors.BAD_FORMAT, f"cannot read {{file}}: {exc}")
                 _append(out, file, 0, 0, 0, fields, None)
+                yield derived.add(pd.DataFrame(out))
+                continue
+            if items is None:  # JSON Lines in a .json file
+                _json_lines(out, file, text, src, keep_raw)
                 yield derived.add(pd.DataFrame(out))
                 continue
             for i, obj in enumerate(items):
@@ -448,6 +477,34 @@ def parse_json_lists(
                 _append(out, file, 0, i, i, parse_object(obj, src), raw)
             if items:  # an empty list has no rows (and an empty frame no column types)
                 yield derived.add(pd.DataFrame(out))
+
+
+def _json_value(text: str) -> object:
+    """The JSON value a .json file holds, or None when it holds JSON Lines (one value per line,
+    as Spark's and pandas' JSON writers write .json files, and Hugging Face reads them)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # a whole value, then more: the first line of JSON Lines
+            return None
+        raise
+
+
+def _json_lines(out: dict, file: str, text: str, src: Source, keep_raw: bool) -> None:
+    """Append the records of a .json file that holds JSON Lines to `out`, read as a .jsonl file
+    is (blank and comment lines skipped); a row error names its line."""
+    seq = 0
+    for n, line in enumerate(text.split("\n"), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(JSONL_COMMENTS):
+            continue
+        fields = _line_fields(line, stripped, src, "jsonl")
+        if fields[-1] is not None:  # the driver names a .json row by its element: name the line
+            err = errors.decode_row_error(fields[-1])
+            fields = _row_error(err.code, err.message.replace("{where}", f"line {n} of {{file}}",
+                                                              1), err.hint)
+        _append(out, file, 0, seq, seq, fields, line if keep_raw else None)
+        seq += 1
 
 
 def _append(out: dict, file: str, block: int, line: int, seq: int | None, fields: tuple,
@@ -560,7 +617,8 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         if name is not None and name not in schema:
             if fmt == "csv":
                 check_csv_header(spark, files[0], name)
-            raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}")
+            raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}",
+                                 nested_field_hint(name, schema))
 
     need("text field", src.text_field)
     need("id field", src.id_field)

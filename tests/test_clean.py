@@ -110,6 +110,29 @@ def test_clean_to_a_directory_in_format(cli, tmp_path):
     assert pq.read_table(out).to_pylist() == [{"f": "x", "n": 1}]
 
 
+def test_clean_to_a_json_directory_writes_json_part_files_it_can_read_back(cli, tmp_path):
+    # The kept JSON lines are written as they are, in part files named .json (not Spark's text
+    # writer's .txt: a .txt line is plain text, so reading the output back would take each whole
+    # JSON line for the text).
+    lines = ['{"f": "x",  "n": 1}', '{"f": "y", "n": 2}', '{"f": "z", "n": 3}']
+    (tmp_path / "t.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_jsonl(tmp_path / "a.jsonl", [{"f": "y"}])
+    out = tmp_path / "outdir"
+    code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                     f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--format", "json",
+                     "--out", out)
+    assert code == 0
+    parts = sorted(out.glob("part-*"))
+    assert parts and all(p.suffix == ".json" for p in parts)
+    assert "".join(p.read_text(encoding="utf-8") for p in parts).splitlines() == [lines[0],
+                                                                                   lines[2]]
+    again = tmp_path / "again.jsonl"
+    code, _, err = cli("clean", "--test", f"t={out}", "--against", f"a={tmp_path / 'a.jsonl'}",
+                       "--text-field", "f", "-o", "t.id=n", "--out", again)
+    assert code == 0, err
+    assert again.read_text(encoding="utf-8").splitlines() == [lines[0], lines[2]]
+
+
 def test_clean_of_json_lines_to_a_directory_keeps_input_order(spark, cli, tmp_path):
     # Kept JSON lines become columns through Spark's JSON reader, which reads a directory of part
     # files largest first: the rows of a directory output must still come in input order, on

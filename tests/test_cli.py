@@ -441,6 +441,25 @@ def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused(cli, tmp_pat
         assert (tmp_path / "in" / "a.jsonl").read_bytes() == before
 
 
+@pytest.mark.parametrize("out, what", [(".", "is"), ("{cwd}", "is"), ("..", "holds"),
+                                       ("{cwd}/../", "holds")])
+def test_an_output_that_is_or_holds_the_working_directory_is_refused(cli, tmp_path, monkeypatch,
+                                                                     out, what):
+    # The inputs live elsewhere: `--out-dir .` (or $PWD, or a parent) would replace the
+    # working directory with the report and delete everything else in it.
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"t": "int a;"}])
+    work = tmp_path / "work" / "here"
+    work.mkdir(parents=True)
+    (work / "keep.txt").write_text("precious")
+    monkeypatch.chdir(work)
+    out = out.format(cwd=work)
+    rc, _, stderr = cli("audit", "-d", f"x={tmp_path / 'in'}", "--text-field", "t",
+                        "--out-dir", out)
+    assert rc == 2 and error_code(stderr) == "LC_E_USAGE", stderr
+    assert f"--out-dir {out} {what} the working directory" in stderr
+    assert (work / "keep.txt").read_text() == "precious"
+
+
 def test_the_config_file_and_the_images_a_list_or_table_names_are_inputs_too(cli, tmp_path,
                                                                              monkeypatch):
     monkeypatch.chdir(tmp_path)

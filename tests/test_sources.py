@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 
@@ -11,7 +12,7 @@ import pytest
 from chispa import assert_df_equality
 from conftest import spark_conf, write_jsonl
 
-from leakcheck_spark import Options, Source
+from leakcheck_spark import LeakcheckError, Options, Source
 from leakcheck_spark.sources import file_format, read_records
 
 COLS = ["dataset", "split", "group", "id", "row", "text", "label", "label_canon"]
@@ -31,6 +32,9 @@ def test_file_format():
     assert file_format("a.csv.gz") == "csv"
     assert file_format("a.txt") == "txt"
     assert file_format("a.parquet.gz") is None
+    assert file_format("a.jsonl.bz2") == "jsonl"
+    assert file_format("a.CSV.zst") == "csv"
+    assert file_format("a.json.zst") is None  # a .json list is decompressed in Python: no zstd
     assert file_format("a.xml") is None
 
 
@@ -135,6 +139,54 @@ def test_a_json_integer_id_beyond_a_long_makes_the_ids_text(spark, tmp_path):
     expected = spark.createDataFrame([("d", "s", "d/s", str(10**20), 0, "a", None, None),
                                       ("d", "s", "d/s", "9", 1, "b", None, None)], SCHEMA_STR)
     assert_df_equality(records(spark, [src]), expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_json_file_of_json_lines_reads_as_jsonl(spark, tmp_path):
+    # Spark's and pandas' JSON writers (and many Hugging Face datasets) put JSON Lines in .json
+    # files: each line is a record, as in a .jsonl file, and an error names the line.
+    rows = [{"i": 4, "t": "a"}, {"i": 2, "t": "b"}, {"i": 9, "t": None}]
+    write_jsonl(tmp_path / "a.jsonl", rows)
+    (tmp_path / "a.json").write_text("\n".join(json.dumps(r) for r in rows[:2]) + "\n\n"
+                                     + json.dumps(rows[2]) + "\n", encoding="utf-8")
+    got = [records(spark, [Source("d", str(tmp_path / name), split="s", text_field="t",
+                                  id_field="i")]) for name in ("a.json", "a.jsonl")]
+    assert_df_equality(got[0], got[1], ignore_row_order=True, ignore_nullable=True)
+    (tmp_path / "b.json").write_text('{"t": "a"}\n{"u": 1}\n', encoding="utf-8")
+    with pytest.raises(LeakcheckError, match=r"field 't' not in line 2 of .*b\.json; fields "):
+        records(spark, [Source("d", str(tmp_path / "b.json"), split="s", text_field="t")])
+
+
+def test_bz2_and_zstd_compressed_text_formats_read_as_plain(spark, tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    rows = [{"i": 4, "t": "a"}, {"i": 2, "t": "b, \"c\""}]
+    jsonl = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    csv_text = 'i,t\n4,a\n2,"b, ""c"""\n'.encode()
+    write_jsonl(tmp_path / "a.jsonl", rows)
+    (tmp_path / "a.jsonl.bz2").write_bytes(bz2.compress(jsonl))
+    (tmp_path / "a.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(jsonl))
+    (tmp_path / "a.json.bz2").write_bytes(bz2.compress(json.dumps(rows).encode()))
+    (tmp_path / "a.csv.bz2").write_bytes(bz2.compress(csv_text))
+    (tmp_path / "a.csv.zst").write_bytes(zstandard.ZstdCompressor().compress(csv_text))
+    expected = records(spark, [Source("d", str(tmp_path / "a.jsonl"), split="s", text_field="t",
+                                      id_field="i")])
+    for name in ("a.jsonl.bz2", "a.jsonl.zst", "a.json.bz2", "a.csv.bz2", "a.csv.zst"):
+        got = records(spark, [Source("d", str(tmp_path / name), split="s", text_field="t",
+                                     id_field="i")])
+        if name.startswith("a.csv"):  # CSV ids are strings
+            got = got.withColumn("id", got["id"].cast("long"))
+        assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_dotted_field_into_a_nested_one_says_fields_are_top_level(spark, tmp_path):
+    # HF-style rows nest their text: --text-field meta.text is not a path into `meta`, and the
+    # error says so, for JSON objects and for a Parquet struct column alike.
+    write_jsonl(tmp_path / "a.jsonl", [{"id": 1, "meta": {"text": "a"}}])
+    pq.write_table(pa.table({"id": [1], "meta": [{"text": "a"}]}), tmp_path / "a.parquet")
+    for name in ("a.jsonl", "a.parquet"):
+        src = Source("d", str(tmp_path / name), split="s", text_field="meta.text")
+        with pytest.raises(LeakcheckError) as info:
+            records(spark, [src])
+        assert "'meta.text' is not read inside 'meta'" in info.value.line(), name
 
 
 def test_directory_reads_supported_files_below_it(spark, tmp_path):
