@@ -21,6 +21,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("leakcheck_spark")
 
 
+def counted(n: int, noun: str) -> str:
+    """`n` and the noun, plural unless one: for progress lines.
+
+    >>> counted(1, "source"), counted(12345, "record")
+    ('1 source', '12,345 records')
+    """
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 class Timer:
     """Stage timings for report.json, and one progress line per stage on the log."""
 
@@ -167,7 +176,8 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         groups, dataset_of = group_stats(records)
         int_groups = {g for g, d in dataset_of.items() if d in blocks.int_datasets}
         n = sum(g["records"] for g in groups.values())
-        timer.lap("read", f"read {len(sources)} sources: {n:,} records in {len(groups)} groups")
+        timer.lap("read", f"read {counted(len(sources), 'source')}: {counted(n, 'record')} in "
+                  f"{counted(len(groups), 'group')}")
         # Near matching matches records by unit (their tokens), joined within a key exactly.
         matched = match.as_units(records) if options.near else records
         # Read three times (copied keys, both sides of reach): cached, so computed once.
@@ -197,7 +207,7 @@ def audit(sources: Sequence[Source], options: Options | None = None,
                                "members", F.slice("members", 1, report.SAMPLE_MEMBERS)), ("key",))]
         timer.lap("label_conflicts", f"label conflicts: {conflict_count:,}")
         prints = fingerprints(records, counts={g: v["records"] for g, v in groups.items()})
-        timer.lap("fingerprints", f"fingerprints: {len(prints)} groups")
+        timer.lap("fingerprints", f"fingerprints: {counted(len(prints), 'group')}")
     except BaseException:
         for df in [*cached, *([reached] if reached is not None else [])]:
             df.unpersist()

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 
 from leakcheck_spark import errors, match, outputs
-from leakcheck_spark.audit import Timer, keyed, spark_action
+from leakcheck_spark.audit import Timer, counted, keyed, spark_action
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.fingerprint import FP_COLUMN, FP_VERSION, fingerprints
 from leakcheck_spark.minhash import word_grams
@@ -242,8 +242,9 @@ def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEF
     try:
         prints = fingerprints(records, by="dataset")
         n_train, n_eval = prints[TRAIN]["n_examples"], prints[EVAL]["n_examples"]
-        timer.lap("read", f"read {len(train)} train source(s): {n_train:,} records; eval: "
-                          f"{n_eval:,} records; fingerprints")
+        timer.lap("read", f"read {counted(len(train), 'train source')}: "
+                          f"{counted(n_train, 'record')}; eval: {counted(n_eval, 'record')}; "
+                          "fingerprints")
         is_train = F.col("dataset") == TRAIN
         # Near matching matches records by unit (their tokens), joined within a key exactly.
         matched = match.as_units(records) if options.near else records

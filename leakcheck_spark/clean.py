@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from leakcheck_spark import errors, match, outputs
-from leakcheck_spark.audit import Timer, key_columns, spark_action
+from leakcheck_spark.audit import Timer, counted, key_columns, spark_action
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import near_progress, unit_match_edges
 from leakcheck_spark.options import Options, Source, as_options, as_sources, check_sources
@@ -168,7 +168,7 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
         for frame in frames[1:]:
             df = number_rows(spark, frame, blocks)
             others = df if others is None else others.unionByName(df)
-        timer.lap("read", f"read {len(frames)} sources")
+        timer.lap("read", f"read {counted(len(frames), 'source')}")
         near = None
         if options.near:
             everything = test_rows.select(*RECORD_COLUMNS, "key", "unit")

@@ -170,7 +170,7 @@ def fingerprint_sources(sources: Sequence[Source], by: str = "group",
 
     if by not in ("group", "dataset"):
         raise LeakcheckError(USAGE, f"--by must be group or dataset, not {by!r}")
-    from leakcheck_spark.audit import Timer
+    from leakcheck_spark.audit import Timer, counted
 
     sources = as_sources(sources)
     check_sources(sources)
@@ -180,9 +180,9 @@ def fingerprint_sources(sources: Sequence[Source], by: str = "group",
                                       derived=Derived((FP_COLUMN,)))
     try:
         prints = fingerprints(records, by)
-        timer.lap("fingerprints", f"fingerprints of {len(prints)} {by}s from {len(sources)} "
-                                  f"sources: {sum(p['n_examples'] for p in prints.values()):,} "
-                                  "records")
+        n = sum(p["n_examples"] for p in prints.values())
+        timer.lap("fingerprints", f"fingerprints of {counted(len(prints), by)} from "
+                                  f"{counted(len(sources), 'source')}: {counted(n, 'record')}")
         return prints
     finally:
         for frame in frames:

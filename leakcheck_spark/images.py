@@ -33,7 +33,7 @@ from urllib.parse import unquote
 import numpy as np
 
 from leakcheck_spark import errors, hf, match, outputs, report
-from leakcheck_spark.audit import Timer, _sample, group_stats, log, matrices, spark_action
+from leakcheck_spark.audit import Timer, _sample, counted, group_stats, log, matrices, spark_action
 from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import _pair_steps, _whole_buckets, bucket_partners
@@ -644,7 +644,8 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
             raise LeakcheckError(errors.EMPTY_INPUT, f"no images in {src.label}",
                                  "a directory contributes files with an image extension "
                                  f"({', '.join(IMAGE_EXTENSIONS[:6])}, ...)")
-    timer.lap("hash", f"read and hashed {total:,} images from {len(sources)} sources")
+    timer.lap("hash", f"read and hashed {counted(total, 'image')} from "
+                        f"{counted(len(sources), 'source')}")
 
     records = imgs.select(
         "dataset", "split", F.concat_ws("/", "dataset", "split").alias("group"), "id",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from leakcheck_spark import errors, match, outputs
-from leakcheck_spark.audit import Timer, keyed, log, spark_action
+from leakcheck_spark.audit import Timer, counted, keyed, log, spark_action
 from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import near_edges, near_progress
@@ -162,7 +162,7 @@ def resplit(sources: Sequence[Source], options: Options | None = None,
         nodes = records.select("dataset", "id", "split", "key", "text",
                                (offset + F.col("row")).alias("_order"))
         n = sum(totals.values())
-        timer.lap("read", f"read {len(sources)} sources: {n:,} records")
+        timer.lap("read", f"read {counted(len(sources), 'source')}: {counted(n, 'record')}")
 
         # A key is named by its first record; empty texts match nothing and stay alone.
         key_node = nodes.where(F.col("key").isNotNull()).groupBy("key").agg(
