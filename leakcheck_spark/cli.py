@@ -315,7 +315,7 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
     """
     from leakcheck_spark.hf import PREFIX as HF
     from leakcheck_spark.outputs import single_file_format
-    from leakcheck_spark.paths import comparable, is_local, local_path, within
+    from leakcheck_spark.paths import comparable, is_local, local_path, resolved, within
     from leakcheck_spark.sources import TABLE_PREFIX
 
     if getattr(args, "config", None) is not None:
@@ -326,7 +326,7 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
             raise LeakcheckError(errors.USAGE, f"{flag} is empty", f"give {flag} a path")
     seen: list[tuple[str, str, str]] = []
     for flag, path in outs:
-        where = comparable(path)
+        where = resolved(path)  # not a glob: `out[1]` is written as named, not searched
         for other_flag, other, other_where in seen:
             if within(where, other_where) or within(other_where, where):
                 raise LeakcheckError(errors.USAGE, f"{flag} {path} and {other_flag} {other} "
@@ -393,9 +393,9 @@ def check_listed_images(spark: SparkSession, args: argparse.Namespace,
         LeakcheckError: LC_E_USAGE.
     """
     from leakcheck_spark.images import listed_inside
-    from leakcheck_spark.paths import comparable, within
+    from leakcheck_spark.paths import resolved, within
 
-    outs = [(flag, path, comparable(path)) for flag, path in _outputs(args)]
+    outs = [(flag, path, resolved(path)) for flag, path in _outputs(args)]
     hit = listed_inside(spark, sources, options, [where for _, _, where in outs])
     if hit is None:
         return
@@ -414,10 +414,10 @@ def check_table_outputs(spark: SparkSession, args: argparse.Namespace,
     Raises:
         LeakcheckError: LC_E_USAGE.
     """
-    from leakcheck_spark.paths import comparable, within
+    from leakcheck_spark.paths import comparable, resolved, within
     from leakcheck_spark.sources import TABLE_PREFIX
 
-    outs = [(flag, path, comparable(path)) for flag, path in _outputs(args)]
+    outs = [(flag, path, resolved(path)) for flag, path in _outputs(args)]
     for source in inputs if outs else ():
         if not source.startswith(TABLE_PREFIX):
             continue

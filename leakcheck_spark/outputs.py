@@ -15,6 +15,7 @@ import contextvars
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -213,8 +214,10 @@ def write_json_lines(df: DataFrame, path: str) -> None:
     fs = _files(df.sparkSession, path)
     for part in fs.list(path):
         parent, name = _split(part)
-        if name.startswith("part-") and name.endswith(".txt"):
-            fs.rename(part, _join(parent, name[:-len(".txt")] + ".json"))
+        # A local write's checksum file (.part-*.txt.crc) follows its part file.
+        renamed = re.fullmatch(r"(\.?part-.*)\.txt(\.crc)?", name)
+        if renamed and (renamed[2] is None) == name.startswith("part-"):
+            fs.rename(part, _join(parent, f"{renamed[1]}.json{renamed[2] or ''}"))
 
 
 def csv_columns(df: DataFrame) -> DataFrame:

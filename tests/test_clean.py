@@ -124,6 +124,8 @@ def test_clean_to_a_json_directory_writes_json_part_files_it_can_read_back(cli, 
     assert code == 0
     parts = sorted(out.glob("part-*"))
     assert parts and all(p.suffix == ".json" for p in parts)
+    # No stale checksum file of a .txt part that is not there any more.
+    assert not [p.name for p in out.iterdir() if ".txt" in p.name]
     assert "".join(p.read_text(encoding="utf-8") for p in parts).splitlines() == [lines[0],
                                                                                    lines[2]]
     again = tmp_path / "again.jsonl"

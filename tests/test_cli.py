@@ -460,6 +460,19 @@ def test_an_output_that_is_or_holds_the_working_directory_is_refused(cli, tmp_pa
     assert (work / "keep.txt").read_text() == "precious"
 
 
+@pytest.mark.parametrize("out", ["out[1]", "run?", "r*"])
+def test_an_output_named_with_glob_characters_is_written_as_named(cli, tmp_path, monkeypatch,
+                                                                  out):
+    # An output is not a glob: `out[1]` is not the directory it would search (the working
+    # directory, which holds the input too).
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "a.jsonl", [{"t": "int a;"}])
+    rc, _, stderr = cli("audit", "-d", "x=a.jsonl", "--text-field", "t", "--out-dir", out)
+    assert rc == 0, stderr
+    assert (tmp_path / out / "report.json").is_file()
+    assert (tmp_path / "a.jsonl").is_file()
+
+
 def test_the_config_file_and_the_images_a_list_or_table_names_are_inputs_too(cli, tmp_path,
                                                                              monkeypatch):
     monkeypatch.chdir(tmp_path)

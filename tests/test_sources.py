@@ -156,20 +156,24 @@ def test_a_json_file_of_json_lines_reads_as_jsonl(spark, tmp_path):
         records(spark, [Source("d", str(tmp_path / "b.json"), split="s", text_field="t")])
 
 
-def test_bz2_and_zstd_compressed_text_formats_read_as_plain(spark, tmp_path):
-    zstandard = pytest.importorskip("zstandard")
+@pytest.mark.parametrize("codec", ["bz2", "zst"])
+def test_bz2_and_zstd_compressed_text_formats_read_as_plain(spark, tmp_path, codec):
+    # One codec a case: bzip2 needs no extra module, so a missing zstandard skips only .zst.
+    compress = bz2.compress if codec == "bz2" else (
+        pytest.importorskip("zstandard").ZstdCompressor().compress)
     rows = [{"i": 4, "t": "a"}, {"i": 2, "t": "b, \"c\""}]
     jsonl = "".join(json.dumps(r) + "\n" for r in rows).encode()
     csv_text = 'i,t\n4,a\n2,"b, ""c"""\n'.encode()
     write_jsonl(tmp_path / "a.jsonl", rows)
-    (tmp_path / "a.jsonl.bz2").write_bytes(bz2.compress(jsonl))
-    (tmp_path / "a.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(jsonl))
-    (tmp_path / "a.json.bz2").write_bytes(bz2.compress(json.dumps(rows).encode()))
-    (tmp_path / "a.csv.bz2").write_bytes(bz2.compress(csv_text))
-    (tmp_path / "a.csv.zst").write_bytes(zstandard.ZstdCompressor().compress(csv_text))
+    names = [f"a.jsonl.{codec}", f"a.csv.{codec}"]
+    (tmp_path / names[0]).write_bytes(compress(jsonl))
+    (tmp_path / names[1]).write_bytes(compress(csv_text))
+    if codec == "bz2":  # a .json list is decompressed in Python, which has no zstd
+        names.append("a.json.bz2")
+        (tmp_path / "a.json.bz2").write_bytes(bz2.compress(json.dumps(rows).encode()))
     expected = records(spark, [Source("d", str(tmp_path / "a.jsonl"), split="s", text_field="t",
                                       id_field="i")])
-    for name in ("a.jsonl.bz2", "a.jsonl.zst", "a.json.bz2", "a.csv.bz2", "a.csv.zst"):
+    for name in names:
         got = records(spark, [Source("d", str(tmp_path / name), split="s", text_field="t",
                                      id_field="i")])
         if name.startswith("a.csv"):  # CSV ids are strings
