@@ -481,13 +481,18 @@ def parse_json_lists(
 
 def _json_value(text: str) -> object:
     """The JSON value a .json file holds, or None when it holds JSON Lines (one value per line,
-    as Spark's and pandas' JSON writers write .json files, and Hugging Face reads them)."""
+    as Spark's and pandas' JSON writers write .json files, and Hugging Face reads them).
+
+    One object on one line is JSON Lines of one record (a part file of one row); an object over
+    several lines (a pretty-printed ``dataset_info.json`` beside the data) is no record list.
+    """
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data":  # a whole value, then more: the first line of JSON Lines
             return None
         raise
+    return None if isinstance(value, dict) and "\n" not in text.strip() else value
 
 
 def _json_lines(out: dict, file: str, text: str, src: Source, keep_raw: bool) -> None:

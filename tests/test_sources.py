@@ -154,6 +154,15 @@ def test_a_json_file_of_json_lines_reads_as_jsonl(spark, tmp_path):
     (tmp_path / "b.json").write_text('{"t": "a"}\n{"u": 1}\n', encoding="utf-8")
     with pytest.raises(LeakcheckError, match=r"field 't' not in line 2 of .*b\.json; fields "):
         records(spark, [Source("d", str(tmp_path / "b.json"), split="s", text_field="t")])
+    # One object on one line is one record (a part file of one row, as `clean --format json`
+    # writes one); a pretty-printed object is a metadata file, not records.
+    (tmp_path / "one.json").write_text('{"i": 7, "t": "x"}\n', encoding="utf-8")
+    one = records(spark, [Source("d", str(tmp_path / "one.json"), split="s", text_field="t",
+                                 id_field="i")])
+    assert [(r.id, r.text) for r in one.collect()] == [(7, "x")]
+    (tmp_path / "info.json").write_text(json.dumps({"t": "x", "n": 1}, indent=2), encoding="utf-8")
+    with pytest.raises(LeakcheckError, match=r"expected a JSON list of objects, got dict"):
+        records(spark, [Source("d", str(tmp_path / "info.json"), split="s", text_field="t")])
 
 
 @pytest.mark.parametrize("codec", ["bz2", "zst"])
