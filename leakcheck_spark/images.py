@@ -274,17 +274,25 @@ def check_fields(sources: Sequence[Source], opts: ImageOptions) -> None:
         LeakcheckError(LC_E_USAGE): naming the flag.
     """
     tables = [s for s in sources if _kind(s.path) == "table"]
-    given = [("--path-field", opts.path_field, tables), ("--bytes-field", opts.bytes_field, tables)]
-    for flag, attr in (("--id-field", "id_field"), ("--split-field", "split_field")):
+    given = [(f"{flag} {name!r}", flag, tables)  # (as shown, what to drop, the sources using it)
+             for flag, name in (("--path-field", opts.path_field),
+                                ("--bytes-field", opts.bytes_field)) if name]
+    for flag, attr, key in (("--id-field", "id_field", "id"),
+                            ("--split-field", "split_field", "split")):
         # per source: -o NAME.id=F sets it on one dataset's sources only
         using = [s for s in sources if getattr(s, attr) and not (attr == "split_field" and s.split)]
         if using:
-            given.append((flag, getattr(using[0], attr), [s for s in using if s in tables]))
-    for flag, name, readers in given:
-        if name and not readers:
+            value = getattr(using[0], attr)
+            if all(getattr(s, attr) == value for s in sources):
+                given.append((f"{flag} {value!r}", flag, [s for s in using if s in tables]))
+            else:  # not the flag's: an override's
+                given.append((f"-o {using[0].name}.{key}={value}", f"-o {using[0].name}.{key}=",
+                              [s for s in using if s in tables]))
+    for shown, flag, readers in given:
+        if not readers:
             raise LeakcheckError(
-                errors.USAGE, f"{flag} {name!r} names a table's column, and no source it applies "
-                "to is a table: images of a directory, glob or .txt list have no columns",
+                errors.USAGE, f"{shown} names a table's column, and no source it applies to is a "
+                "table: images of a directory, glob or .txt list have no columns",
                 f"drop {flag}, or give the table (.parquet, .csv, .jsonl, .json or table:NAME) "
                 "as -d NAME[:SPLIT]=TABLE")
 

@@ -261,7 +261,7 @@ def test_a_path_field_and_a_bytes_field_together_are_a_usage_error(tmp_path, cap
     (["-d", "x:train=imgs", "-d", "x:test=list.txt", "--id-field", "i"], "--id-field 'i'"),
     (["-d", "x=list.txt", "--split-field", "s"], "--split-field 's'"),
     # -o sets a field on one dataset's sources: the table y does not read x's
-    (["-d", "x=imgs", "-d", "y=t.parquet", "--path-field", "p", "-o", "x.id=i"], "--id-field 'i'"),
+    (["-d", "x=imgs", "-d", "y=t.parquet", "--path-field", "p", "-o", "x.id=i"], "-o x.id=i"),
 ])
 def test_a_table_field_no_table_reads_is_a_usage_error(tmp_path, capsys, args, flag):
     # These flags name a table's columns; images of a directory or list have none, and the flag
