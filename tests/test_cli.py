@@ -866,6 +866,40 @@ def test_an_earlier_output_or_an_empty_directory_is_replaced(cli, data):
         shutil.rmtree(out)
 
 
+def test_clean_in_place_of_a_test_directory_of_the_users_is_refused(cli, tmp_path):
+    # Its own --test file is cleaned in place; a directory of the user's files is not replaced.
+    test = write_jsonl(tmp_path / "t" / "a.jsonl", [{"t": "int a;"}, {"t": "int a;"}]).parent
+    rc, _, stderr = cli("clean", "--test", f"b={test}", "--text-field", "t", "--dedup",
+                        "--out", test)
+    assert rc == 2 and error_code(stderr) == "LC_E_USAGE", stderr
+    assert "(it holds a.jsonl)" in stderr
+    assert [p.name for p in test.iterdir()] == ["a.jsonl"]
+
+
+def test_a_non_local_output_never_replaces_a_directory_of_the_users(cli, spark, data):
+    # Through the Hadoop FileSystem (viewfs over local files): checked as soon as the session
+    # is up, and again by the library's write.
+    import leakcheck_spark as L
+
+    mine, earlier = _mine(data / "mine", "notes.txt"), _mine(data / "earlier", "report.json")
+    audit = ["audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func", "--out-dir"]
+    with viewfs_mount(spark) as root:
+        rc, _, stderr = cli(*audit, f"{root}{mine}")
+        assert rc == 2 and error_code(stderr) == "LC_E_USAGE", stderr
+        assert (f"--out-dir {root}{mine} exists and is not a leakcheck-spark output (it holds "
+                "notes.txt)") in stderr
+        res = L.audit([L.Source("p", str(data / "train.jsonl"), text_field="func")],
+                      spark=spark)
+        with pytest.raises(L.LeakcheckError) as err:
+            res.write(f"{root}{mine}")
+        assert err.value.code == "LC_E_USAGE" and "(it holds notes.txt)" in err.value.message
+        res.unpersist()
+        rc, _, stderr = cli(*audit, f"{root}{earlier}")
+        assert rc == 0, stderr
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert (earlier / "overlaps").is_dir()
+
+
 @pytest.mark.parametrize("kind, names, ok", [
     ("report", [], True),
     ("report", ["report.json"], True),
