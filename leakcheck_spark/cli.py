@@ -307,8 +307,11 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
     the input -- except `in_place` (``clean --out`` naming its own ``--test`` file, read before it
     is replaced); may not be, hold or lie inside another output; a local one may not be or hold
     the working directory (replacing it would empty it); a JSON file may not be an
-    existing directory; and a local output's parent may not be a file.  The ``--config`` FILE is
-    an input too (the images a list or table names are checked by :func:`check_listed_images`).
+    existing directory; an existing local output directory must be empty or an earlier output of
+    ours (:func:`outputs.check_replaceable`; :func:`check_table_outputs` checks non-local ones
+    once the session is up); and a local output's parent may not be a file.  The ``--config``
+    FILE is an input too (the images a list or table names are checked by
+    :func:`check_listed_images`).
 
     Raises:
         LeakcheckError: LC_E_USAGE, or LC_E_IO for a parent that is a file.
