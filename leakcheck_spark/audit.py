@@ -117,7 +117,7 @@ class AuditResult:
         fmt = outputs.check_format(fmt or self.options.format)
         spark = self.overlaps.sparkSession
         t = time.monotonic()
-        with outputs.staged(spark, out_dir) as tmp:
+        with outputs.staged(spark, out_dir, outputs.REPORT_DIR) as tmp:
             outputs.write_table(self.overlaps.orderBy(*match.OVERLAP_ORDER), f"{tmp}/overlaps",
                                 fmt)
             outputs.write_table(self.label_conflicts.orderBy("key"), f"{tmp}/label_conflicts", fmt)

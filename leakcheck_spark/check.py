@@ -126,7 +126,7 @@ class CheckResult:
         fmt = outputs.check_format(fmt or self.options.format)
         spark = self.records.sparkSession
         t = time.monotonic()
-        with outputs.staged(spark, out_dir) as tmp:
+        with outputs.staged(spark, out_dir, outputs.REPORT_DIR) as tmp:
             outputs.write_table(self.records.orderBy("row").select(*RECORD_COLUMNS),
                                 f"{tmp}/records", fmt)
             self.timings["write"] = round(time.monotonic() - t, 3)

@@ -313,6 +313,8 @@ def write_rows(result: CleanResult, out: str) -> None:
     # Line formats become columns by a round trip through Spark's JSON reader, beside the output
     # (never a driver-local temp dir: executors of a cluster could not see it).
     aside = f"{out.rstrip('/')}.lc-json-{uuid.uuid4().hex[:10]}"
+    # Before the round trip beside it writes anything (staging checks again).
+    outputs.check_replaceable(spark, out, outputs.rows_kind(out))
     try:
         if single is not None:
             fmt, compression = single

@@ -307,14 +307,17 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
     the input -- except `in_place` (``clean --out`` naming its own ``--test`` file, read before it
     is replaced); may not be, hold or lie inside another output; a local one may not be or hold
     the working directory (replacing it would empty it); a JSON file may not be an
-    existing directory; and a local output's parent may not be a file.  The ``--config`` FILE is
-    an input too (the images a list or table names are checked by :func:`check_listed_images`).
+    existing directory; an existing local output directory must be empty or an earlier output of
+    ours (:func:`outputs.check_replaceable`; :func:`check_table_outputs` checks non-local ones
+    once the session is up); and a local output's parent may not be a file.  The ``--config``
+    FILE is an input too (the images a list or table names are checked by
+    :func:`check_listed_images`).
 
     Raises:
         LeakcheckError: LC_E_USAGE, or LC_E_IO for a parent that is a file.
     """
     from leakcheck_spark.hf import PREFIX as HF
-    from leakcheck_spark.outputs import single_file_format
+    from leakcheck_spark.outputs import check_replaceable, single_file_format
     from leakcheck_spark.paths import comparable, is_local, local_path, resolved, within
     from leakcheck_spark.sources import TABLE_PREFIX
 
@@ -359,12 +362,23 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
                                  "directory", f"give {flag} the name of a directory (or of a "
                                  "file ending in .jsonl, .csv or .parquet where one file fits)"
                                  if flag != "--out-dir" else "give --out-dir a directory name")
+        if not one_file:
+            check_replaceable(None, path, _output_kind(flag, path), f"{flag} {path}")
         parent = os.path.dirname(os.path.abspath(local))
         while not os.path.exists(parent) and os.path.dirname(parent) != parent:
             parent = os.path.dirname(parent)
         if not os.path.isdir(parent):
             raise LeakcheckError(errors.IO, f"cannot write {flag} {path}: {parent} is not a "
                                  "directory", "give an output path under a directory")
+
+
+def _output_kind(flag: str, path: str) -> str:
+    """What the output of `flag` is, for :func:`outputs.check_replaceable`."""
+    from leakcheck_spark import outputs
+
+    if flag in FILE_OUTPUTS:
+        return outputs.ONE_FILE
+    return outputs.REPORT_DIR if flag == "--out-dir" else outputs.rows_kind(path)
 
 
 def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -411,13 +425,21 @@ def check_table_outputs(spark: SparkSession, args: argparse.Namespace,
     know where they are, and a run's output put in place there would replace the table's data
     (a managed table lives under the warehouse directory).
 
+    Also refuses an existing non-local output directory that is not an output of ours
+    (:func:`outputs.check_replaceable`; :func:`check_outputs` checks local ones), which needs the
+    session's filesystem.
+
     Raises:
         LeakcheckError: LC_E_USAGE.
     """
-    from leakcheck_spark.paths import comparable, resolved, within
+    from leakcheck_spark.outputs import check_replaceable
+    from leakcheck_spark.paths import comparable, is_local, resolved, within
     from leakcheck_spark.sources import TABLE_PREFIX
 
     outs = [(flag, path, resolved(path)) for flag, path in _outputs(args)]
+    for flag, path, _ in outs:
+        if not is_local(path):
+            check_replaceable(spark, path, _output_kind(flag, path), f"{flag} {path}")
     for source in inputs if outs else ():
         if not source.startswith(TABLE_PREFIX):
             continue

@@ -558,7 +558,7 @@ class ImagesResult:
         fmt = self.options.format
         spark = self.overlaps.sparkSession
         t = time.monotonic()
-        with outputs.staged(spark, out_dir) as tmp:
+        with outputs.staged(spark, out_dir, outputs.REPORT_DIR) as tmp:
             outputs.write_table(self.overlaps.orderBy(*OVERLAP_ORDER), f"{tmp}/overlaps", fmt)
             outputs.write_table(self.leaked_groups.orderBy("group_id"), f"{tmp}/leaked_groups",
                                 fmt)

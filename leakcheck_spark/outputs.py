@@ -71,15 +71,50 @@ def all_or_nothing() -> Iterator[None]:
         _MOVES.reset(token)
 
 
+# What an output is, for what an existing directory at its path may be replaced (see
+# :func:`check_replaceable`): an ``--out-dir`` (report.json and lists), a directory of part files,
+# or one file.
+REPORT_DIR, PARTS_DIR, ONE_FILE = "report", "parts", "file"
+# Every name an --out-dir of any command holds.
+REPORT_NAMES = frozenset({"report.json", "overlaps", "label_conflicts", "records",
+                          "leaked_groups", "unreadable", "hashes"})
+
+
+def rows_kind(path: str) -> str:
+    """The kind of a rows output (``clean --out``, ``resplit --out``, ``--resplit-out``)."""
+    return PARTS_DIR if single_file_format(path) is None else ONE_FILE
+
+
+def check_replaceable(spark: SparkSession | None, path: str, kind: str,
+                      name: str | None = None) -> None:
+    """Refuse to replace an existing directory at `path` that is not an output of ours.
+
+    A run replaces what is at its output's path.  A directory there may go only when it is empty
+    or looks like an earlier output of the same `kind`: for an ``--out-dir``
+    (:data:`REPORT_DIR`), a ``report.json`` and nothing but the names some --out-dir holds
+    (:data:`REPORT_NAMES`); for a directory of part files (:data:`PARTS_DIR`), Spark's
+    ``part-*`` files or its ``_SUCCESS`` marker and nothing but those, Spark's other ``_``
+    markers and the ``.crc`` checksums Hadoop writes beside them; one file (:data:`ONE_FILE`) never
+    replaces a directory that holds anything.  A file at `path` is not checked here.  `spark` may
+    be None for a local path; `name` is how the error names the output (default: `path`).
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): a directory holding something else (named in the message).
+    """
+    _files(spark, path).check_replaceable(path, kind, name)
+
+
 @contextlib.contextmanager
-def staged(spark: SparkSession, final: str) -> Iterator[str]:
+def staged(spark: SparkSession, final: str, kind: str = PARTS_DIR) -> Iterator[str]:
     """Yield a staging path beside `final`; on success move it to `final` (replacing what was
     there), on failure (of the block or of the move) remove it.  Works for a file or a
-    directory."""
+    directory; an existing directory at `final` must be replaceable as an output of `kind`
+    (:func:`check_replaceable`), checked before anything is written."""
     staging = _sibling(final, "lc-tmp")
     fs = _files(spark, final)
     fs.make_parents(_split(final)[0])
     fs.recover(final)
+    fs.check_replaceable(final, kind)
     try:
         with _own_jobs(spark):
             yield staging
@@ -274,7 +309,7 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
     """
     if fmt == "csv" and text_column is None:
         df = csv_columns(df)
-    with staged(spark, path) as tmp_dir:
+    with staged(spark, path, ONE_FILE) as tmp_dir:
         writer = df.write.mode("error")
         if compression:
             writer = writer.option("compression", compression)
@@ -342,6 +377,11 @@ class _Files:
         raise NotImplementedError
 
     def exists(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def is_dir(self, path: str) -> bool:
+        """Whether `path` is a directory (a local symlink to one is not: replacing it replaces
+        the link)."""
         raise NotImplementedError
 
     def _delete(self, path: str) -> None:
@@ -415,6 +455,27 @@ class _Files:
             log.warning("%s was left beside %s by an interrupted run; delete it once no other "
                         "run is writing there", path, final)
 
+    def check_replaceable(self, path: str, kind: str, name: str | None = None) -> None:
+        """:func:`check_replaceable`."""
+        if not self.is_dir(path):
+            return
+        names = [_split(p)[1] for p in self.list(path)]
+        if kind == REPORT_DIR:
+            foreign = [n for n in names if n not in REPORT_NAMES]
+            ours = "report.json" in names
+        else:
+            foreign = [n for n in names if not (n.startswith(("part-", "_"))
+                                                or (n.startswith(".") and n.endswith(".crc")))]
+            ours = kind == PARTS_DIR and any(n.startswith("part-") or n == "_SUCCESS"
+                                             for n in names)
+        if not names or (ours and not foreign):
+            return
+        shown = (foreign or names)[:3]
+        more = ", ..." if len(names) > len(shown) else ""
+        raise LeakcheckError(errors.USAGE, f"{name or path} exists and is not a leakcheck-spark "
+                             f"output (it holds {', '.join(shown)}{more}): replacing it would "
+                             "delete them", "give a new path, or remove it first")
+
     def make_parents(self, path: str) -> None:
         """Create directory `path` and its missing parents (inside :func:`all_or_nothing`,
         local ones are removed again if the block fails)."""
@@ -440,6 +501,7 @@ class _Files:
         try:
             self.make_parents(parent)
             self.recover(path)
+            self.check_replaceable(path, ONE_FILE)
             with self._open_write(tmp) as fh:
                 fh.writelines(chunks)
             self.replace(tmp, path)
@@ -459,6 +521,10 @@ class _LocalFiles(_Files):
 
     def exists(self, path: str) -> bool:
         return os.path.lexists(local_path(path))
+
+    def is_dir(self, path: str) -> bool:
+        p = local_path(path)
+        return os.path.isdir(p) and not os.path.islink(p)
 
     def _delete(self, path: str) -> None:
         p = local_path(path)
@@ -494,6 +560,9 @@ class _HadoopFiles(_Files):
 
     def exists(self, path: str) -> bool:
         return bool(self._fs.exists(self._p(path)))
+
+    def is_dir(self, path: str) -> bool:
+        return self.exists(path) and bool(self._fs.getFileStatus(self._p(path)).isDirectory())
 
     def _delete(self, path: str) -> None:
         self._fs.delete(self._p(path), True)
@@ -552,6 +621,9 @@ class _FsspecFiles(_Files):
 
     def exists(self, path: str) -> bool:
         return bool(self._fs.exists(path))
+
+    def is_dir(self, path: str) -> bool:
+        return bool(self._fs.isdir(path))
 
     def _delete(self, path: str) -> None:
         self._fs.rm(path, recursive=True)

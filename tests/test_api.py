@@ -175,6 +175,40 @@ def test_write_refuses_an_unknown_format_and_reports_the_one_used(spark, two, tm
     rs.unpersist()
 
 
+def test_write_never_replaces_a_directory_of_the_users(spark, two, tmp_path):
+    # Before: every write replaced whatever directory was at its path: res.write("~/projects")
+    # deleted the user's files.
+    train, test = two
+    res, rs = L.audit(list(two), spark=spark), L.resplit(list(two), spark=spark)
+    cl, ch = L.clean(test, [train], spark=spark), L.check([train], test, 3, spark=spark)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    as_file = tmp_path / "mine.jsonl"  # a directory where one file goes
+    as_file.mkdir()
+    (as_file / "notes.txt").write_text("mine")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for write in (lambda: res.write(str(mine)), lambda: ch.write(str(mine)),
+                  lambda: cl.write(str(mine)), lambda: rs.write(str(mine)),
+                  lambda: cl.write(str(as_file)), lambda: rs.write(str(as_file)),
+                  lambda: cl.write_report(str(mine))):
+        with pytest.raises(L.LeakcheckError) as info:
+            write()
+        assert info.value.code == USAGE, info.value.message
+        assert "exists and is not a leakcheck-spark output (it holds notes.txt)" in (
+            info.value.message)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before  # no staging left either
+        assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+        assert [p.name for p in as_file.iterdir()] == ["notes.txt"]
+    # An earlier output of the same kind is replaced.
+    for write, out in ((res.write, "a"), (ch.write, "c"), (cl.write, "k"), (rs.write, "r")):
+        write(str(tmp_path / out))
+        write(str(tmp_path / out))
+        assert (tmp_path / out / ("report.json" if out in "ac" else "_SUCCESS")).exists()
+    for r in (res, rs, cl, ch):
+        r.unpersist()
+
+
 RECORDS_DDL = ("dataset string, split string, group string, id string, row long, text string, "
                "label string, label_canon string, id_num long")
 

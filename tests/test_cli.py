@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -559,8 +560,8 @@ def test_a_failure_after_the_first_output_puts_back_what_was_there(cli, data, mo
         return real_open(self, path)
 
     monkeypatch.setattr(outputs._LocalFiles, "_open_write", refuse_json)
-    (data / "rep").mkdir()
-    (data / "rep" / "old.txt").write_text("old")
+    (data / "rep").mkdir()  # an earlier --out-dir: this run replaces it
+    (data / "rep" / "report.json").write_text("old")
     (data / "c1.jsonl").write_text("old")
     for command in (["audit", "-d", f"p={data / 'train.jsonl'}", "--out-dir", data / "rep"],
                     ["clean", "--test", f"p={data / 'test.jsonl'}", "--against",
@@ -571,7 +572,7 @@ def test_a_failure_after_the_first_output_puts_back_what_was_there(cli, data, mo
         assert "cannot write" in stderr and "Permission denied" in stderr
         assert sorted(p.name for p in data.iterdir()) == ["c1.jsonl", "rep", "test.jsonl",
                                                           "train.jsonl"]
-        assert [p.name for p in (data / "rep").iterdir()] == ["old.txt"]
+        assert [p.name for p in (data / "rep").iterdir()] == ["report.json"]
         assert (data / "c1.jsonl").read_text() == "old"
 
 
@@ -592,8 +593,8 @@ def test_sigterm_rolls_back_like_ctrl_c_with_exit_143(cli, data, monkeypatch):
         return real_open(self, path)
 
     monkeypatch.setattr(outputs._LocalFiles, "_open_write", terminate)
-    (data / "rep").mkdir()
-    (data / "rep" / "old.txt").write_text("old")
+    (data / "rep").mkdir()  # an earlier --out-dir: this run replaces it
+    (data / "rep" / "report.json").write_text("old")
     previous = signal.signal(signal.SIGTERM, not_handled)
     try:
         rc, _, stderr = cli("audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func",
@@ -603,7 +604,7 @@ def test_sigterm_rolls_back_like_ctrl_c_with_exit_143(cli, data, monkeypatch):
         signal.signal(signal.SIGTERM, previous)
     assert rc == 143 and stderr.strip().endswith("leakcheck-spark: interrupted (SIGTERM)"), stderr
     assert sorted(p.name for p in data.iterdir()) == ["rep", "test.jsonl", "train.jsonl"]
-    assert [p.name for p in (data / "rep").iterdir()] == ["old.txt"]
+    assert [p.name for p in (data / "rep").iterdir()] == ["report.json"]
 
 
 def _wait_until(condition, what: str, seconds: float = 120) -> None:
@@ -724,25 +725,25 @@ def test_what_a_killed_run_left_is_restored_or_reported_never_deleted(tmp_path, 
     final = tmp_path / "out"
     old, tmp = tmp_path / ".out.lc-old-0a1b2c3d4e", tmp_path / ".out.lc-tmp-5f6a7b8c9d"
     old.mkdir()
-    (old / "old.txt").write_text("old")
+    (old / "part-0.json").write_text("old")
     (tmp / "half").mkdir(parents=True)
     with pytest.raises(RuntimeError), outputs.all_or_nothing():
         with outputs.staged(None, str(final)) as staging:
             Path(staging).mkdir()
-            (Path(staging) / "new.txt").write_text("new")
+            (Path(staging) / "part-1.json").write_text("new")
         raise RuntimeError("this run fails too")
     # The output the killed run had set aside is back in place; its staging is only reported.
     assert sorted(p.name for p in tmp_path.iterdir()) == [tmp.name, "out"]
-    assert [p.name for p in final.iterdir()] == ["old.txt"]
+    assert [p.name for p in final.iterdir()] == ["part-0.json"]
     assert f"restored {final} from {old}" in caplog.text
     assert f"{tmp} was left beside {final} by an interrupted run" in caplog.text
     old.mkdir()  # one set aside beside the output: which is the user's latest is unknown
     caplog.clear()
     with outputs.all_or_nothing(), outputs.staged(None, str(final)) as staging:
         Path(staging).mkdir()
-        (Path(staging) / "new.txt").write_text("new")
+        (Path(staging) / "part-1.json").write_text("new")
     assert sorted(p.name for p in tmp_path.iterdir()) == [old.name, tmp.name, "out"]
-    assert [p.name for p in final.iterdir()] == ["new.txt"]
+    assert [p.name for p in final.iterdir()] == ["part-1.json"]
     assert f"{old} was left beside {final}" in caplog.text and "restored" not in caplog.text
 
 
@@ -759,7 +760,7 @@ def test_a_move_into_place_that_fails_keeps_the_old_output_and_removes_the_stagi
 
     final = tmp_path / "out"
     final.mkdir()
-    (final / "old.txt").write_text("old")
+    (final / "part-0.json").write_text("old")
     real = outputs._LocalFiles._rename
 
     def fail_into_place(self, src, dst):
@@ -770,10 +771,10 @@ def test_a_move_into_place_that_fails_keeps_the_old_output_and_removes_the_stagi
     monkeypatch.setattr(outputs._LocalFiles, "_rename", fail_into_place)
     with pytest.raises(LeakcheckError) as err, outputs.staged(None, str(final)) as tmp:
         Path(tmp).mkdir()
-        (Path(tmp) / "new.txt").write_text("new")
+        (Path(tmp) / "part-1.json").write_text("new")
     assert err.value.code == "LC_E_IO" and "No space left" in err.value.message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert [p.name for p in final.iterdir()] == ["old.txt"]
+    assert [p.name for p in final.iterdir()] == ["part-0.json"]
 
 
 def test_all_or_nothing_restores_every_output_of_a_failed_block(tmp_path):
@@ -820,6 +821,134 @@ def test_an_out_dir_spark_cannot_write_is_one_line_without_a_java_trace(data):
     assert proc.returncode == 2 and error_code(proc.stderr) == "LC_E_IO", proc.stderr
     assert f"cannot write {UNWRITABLE}: IOException" in proc.stderr
     assert "Aborting task" not in proc.stderr and "java.io" not in proc.stderr.split("error [")[0]
+
+
+def _mine(path: Path, *names: str) -> Path:
+    """A directory at `path` holding files `names` (a user's, or an earlier output)."""
+    path.mkdir(parents=True)
+    for name in names:
+        (path / name).write_text("mine")
+    return path
+
+
+@pytest.mark.parametrize("command, flag", [
+    (["audit", "-d", "p={train}", "--text-field", "func"], "--out-dir"),
+    (["check", "--train", "{train}", "--eval", "{test}", "--field", "func"], "--out-dir"),
+    (["clean", "--test", "p={test}", "--text-field", "func"], "--out"),
+    (["resplit", "-d", "p={train}", "--text-field", "func"], "--out"),
+    (["images", "-d", "p={imgs}"], "--out-dir"),
+    (["images", "-d", "p={imgs}"], "--resplit-out"),
+])
+def test_an_output_never_replaces_a_directory_of_the_users(cli, data, command, flag):
+    # Before: "an existing DIR is replaced": --out-dir ~/projects deleted everything in it.
+    _mine(data / "imgs", "0.png")
+    mine = _mine(data / "mine", "notes.txt", "b.txt", "c.txt", "d.txt")
+    argv = [a.format(train=data / "train.jsonl", test=data / "test.jsonl", imgs=data / "imgs")
+            for a in command]
+    rc, _, stderr = cli(*argv, flag, mine)
+    assert rc == 2 and error_code(stderr) == "LC_E_USAGE", stderr
+    assert (f"{flag} {mine} exists and is not a leakcheck-spark output (it holds b.txt, c.txt, "
+            "d.txt, ...)") in stderr and "give a new path, or remove it first" in stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["b.txt", "c.txt", "d.txt", "notes.txt"]
+    assert sorted(p.name for p in data.iterdir()) == ["imgs", "mine", "test.jsonl",
+                                                      "train.jsonl"]
+
+
+def test_an_earlier_output_or_an_empty_directory_is_replaced(cli, data):
+    runs = [(["audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func", "--out-dir"],
+             "report.json"),
+            (["check", "--train", data / "train.jsonl", "--eval", data / "test.jsonl",
+              "--field", "func", "--out-dir"], "report.json"),
+            (["clean", "--test", f"p={data / 'test.jsonl'}", "--text-field", "func",
+              "--format", "json", "--out"], "_SUCCESS"),
+            (["resplit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func",
+              "--format", "csv", "--out"], "_SUCCESS")]
+    for i, (argv, marker) in enumerate(runs):
+        out = _mine(data / f"o{i}")  # empty
+        for _ in range(2):  # then the output of the first run
+            rc, _, stderr = cli(*argv, out)
+            assert rc in (0, 1), stderr
+            assert (out / marker).exists()
+    # What the other writers leave looks like one too: part files with Hadoop's checksums and
+    # no marker, or an --out-dir list of another command beside report.json.
+    for argv, names in ((runs[2][0], ["part-00000.json", ".part-00000.json.crc"]),
+                        (runs[0][0], ["report.json", "records", "hashes"])):
+        out = _mine(data / "other", *names)
+        rc, _, stderr = cli(*argv, out)
+        assert rc in (0, 1) and not (out / names[1]).exists(), stderr
+        shutil.rmtree(out)
+
+
+def test_clean_in_place_of_a_test_directory_of_the_users_is_refused(cli, tmp_path):
+    # Its own --test file is cleaned in place; a directory of the user's files is not replaced.
+    test = write_jsonl(tmp_path / "t" / "a.jsonl", [{"t": "int a;"}, {"t": "int a;"}]).parent
+    rc, _, stderr = cli("clean", "--test", f"b={test}", "--text-field", "t", "--dedup",
+                        "--out", test)
+    assert rc == 2 and error_code(stderr) == "LC_E_USAGE", stderr
+    assert "(it holds a.jsonl)" in stderr
+    assert [p.name for p in test.iterdir()] == ["a.jsonl"]
+
+
+def test_a_non_local_output_never_replaces_a_directory_of_the_users(cli, spark, data):
+    # Through the Hadoop FileSystem (viewfs over local files): checked as soon as the session
+    # is up, and again by the library's write.
+    import leakcheck_spark as L
+
+    mine, earlier = _mine(data / "mine", "notes.txt"), _mine(data / "earlier", "report.json")
+    audit = ["audit", "-d", f"p={data / 'train.jsonl'}", "--text-field", "func", "--out-dir"]
+    with viewfs_mount(spark) as root:
+        rc, _, stderr = cli(*audit, f"{root}{mine}")
+        assert rc == 2 and error_code(stderr) == "LC_E_USAGE", stderr
+        assert (f"--out-dir {root}{mine} exists and is not a leakcheck-spark output (it holds "
+                "notes.txt)") in stderr
+        res = L.audit([L.Source("p", str(data / "train.jsonl"), text_field="func")],
+                      spark=spark)
+        with pytest.raises(L.LeakcheckError) as err:
+            res.write(f"{root}{mine}")
+        assert err.value.code == "LC_E_USAGE" and "(it holds notes.txt)" in err.value.message
+        res.unpersist()
+        rc, _, stderr = cli(*audit, f"{root}{earlier}")
+        assert rc == 0, stderr
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert (earlier / "overlaps").is_dir()
+
+
+@pytest.mark.parametrize("kind, names, ok", [
+    ("report", [], True),
+    ("report", ["report.json"], True),
+    ("report", ["report.json", "overlaps", "label_conflicts"], True),
+    ("report", ["report.json", "notes.txt"], False),
+    ("report", ["overlaps"], False),
+    ("report", [".git"], False),
+    ("parts", ["part-00000.json", ".part-00000.json.crc", "_SUCCESS", "._SUCCESS.crc"], True),
+    ("parts", ["_SUCCESS"], True),
+    ("parts", ["part-00000-x.snappy.parquet"], True),
+    ("parts", ["part-00000.json", "notes.txt"], False),
+    ("parts", ["_SUCCESS", ".git"], False),
+    ("parts", ["_temporary"], False),
+    ("parts", ["report.json"], False),
+    ("file", [], True),
+    ("file", ["part-00000.json"], False),
+])
+def test_what_counts_as_an_output_of_ours(tmp_path, kind, names, ok):
+    from leakcheck_spark import outputs
+    from leakcheck_spark.errors import LeakcheckError
+
+    out = _mine(tmp_path / "out", *names)
+    if ok:
+        outputs.check_replaceable(None, str(out), kind)
+        with outputs.staged(None, str(out), kind) as tmp:
+            _mine(Path(tmp), "part-new")
+        assert [p.name for p in out.iterdir()] == ["part-new"]
+        return
+    with pytest.raises(LeakcheckError) as err, outputs.staged(None, str(out), kind) as tmp:
+        _mine(Path(tmp), "part-new")
+    assert err.value.code == "LC_E_USAGE" and f"{out} exists and is not" in err.value.message
+    assert sorted(p.name for p in out.iterdir()) == sorted(names)
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    with pytest.raises(LeakcheckError):  # a report file over a directory of anything
+        outputs.write_text_file(None, str(out), "{}")
+    assert sorted(p.name for p in out.iterdir()) == sorted(names)
 
 
 def test_an_output_of_the_other_kind_is_refused_not_replaced(cli, data):

@@ -449,12 +449,14 @@ def test_an_output_inside_a_catalog_tables_files_is_a_usage_error(spark, cli, pi
     spark.createDataFrame([(str(pictures / "train" / "orig0.png"), "x")], "img string, t string"
                           ).write.mode("overwrite").saveAsTable("lc_images_table")
     where = f"{local_path(spark.conf.get('spark.sql.warehouse.dir'))}/lc_images_table"
+    # The table's directory holds part files and _SUCCESS, as a directory of rows of ours does:
+    # only the table check refuses it as --resplit-out.
     for args in (["images", "-d", "p:train=table:lc_images_table", "--path-field", "img",
-                  "--out-dir", where],
+                  "--resplit-out", where],
                  ["audit", "-d", "p:train=table:lc_images_table", "--text-field", "t",
                   "--out-dir", f"{where}/report"]):
         rc, _, err = cli(*args, "--quiet")
         assert rc == 2 and len(err.strip().splitlines()) == 1, err
-        assert err.startswith(f"leakcheck-spark: error [LC_E_USAGE]: --out-dir {args[-1]} "), err
+        assert err.startswith(f"leakcheck-spark: error [LC_E_USAGE]: {args[-2]} {args[-1]} "), err
         assert "the input table:lc_images_table" in err, err
     assert spark.table("lc_images_table").count() == 1  # the table's files are still there
