@@ -80,6 +80,11 @@ REPORT_NAMES = frozenset({"report.json", "overlaps", "label_conflicts", "records
                           "leaked_groups", "unreadable", "hashes"})
 
 
+# What a file browser leaves in a directory it shows (Finder, Windows Explorer): no user's data,
+# so an output someone looked at stays replaceable.
+DESKTOP_LITTER = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+
+
 def rows_kind(path: str) -> str:
     """The kind of a rows output (``clean --out``, ``resplit --out``, ``--resplit-out``)."""
     return PARTS_DIR if single_file_format(path) is None else ONE_FILE
@@ -459,7 +464,7 @@ class _Files:
         """:func:`check_replaceable`."""
         if not self.is_dir(path):
             return
-        names = [_split(p)[1] for p in self.list(path)]
+        names = [n for p in self.list(path) if (n := _split(p)[1]) not in DESKTOP_LITTER]
         if kind == REPORT_DIR:
             foreign = [n for n in names if n not in REPORT_NAMES]
             ours = "report.json" in names
