@@ -485,20 +485,26 @@ def test_the_config_file_and_the_images_a_list_or_table_names_are_inputs_too(cli
         rc, _, stderr = cli("audit", "--config", "job/job.toml", *flags)
         assert rc == 2 and f"{what} the input job/job.toml: writing" in stderr, stderr
     assert sorted(p.name for p in (tmp_path / "job").iterdir()) == ["job.toml"]
-    # The images a list or a table names may be anywhere, not under the list's own path.
-    (tmp_path / "imgs").mkdir()
-    (tmp_path / "imgs" / "0.png").write_bytes(b"not even an image")
+    # The images a list or a table names may be anywhere, not under the list's own path: here
+    # inside what looks like an earlier output of ours, which the output guard would replace.
+    rep, parts = tmp_path / "rep", tmp_path / "parts"
+    (rep / "overlaps").mkdir(parents=True)
+    (rep / "report.json").write_text("{}")
+    (rep / "overlaps" / "0.png").write_bytes(b"not even an image")
+    parts.mkdir()
+    (parts / "part-0.png").write_bytes(b"not even an image")
     (tmp_path / "lists").mkdir()
-    (tmp_path / "lists" / "l.txt").write_text("../imgs/0.png\n")
-    write_jsonl(tmp_path / "lists" / "t.jsonl", [{"p": str(tmp_path / "imgs" / "0.png")}])
-    for src, flags, what in (("lists/l.txt", ["--out-dir", "imgs"], "--out-dir imgs holds"),
-                             ("lists/t.jsonl", ["--path-field", "p", "--resplit-out", "imgs"],
-                              "--resplit-out imgs holds")):
+    (tmp_path / "lists" / "l.txt").write_text("../rep/overlaps/0.png\n")
+    write_jsonl(tmp_path / "lists" / "t.jsonl", [{"p": str(parts / "part-0.png")}])
+    for src, flags, what, image in (
+            ("lists/l.txt", ["--out-dir", "rep"], "--out-dir rep holds", rep / "overlaps" / "0.png"),
+            ("lists/t.jsonl", ["--path-field", "p", "--resplit-out", "parts"],
+             "--resplit-out parts holds", parts / "part-0.png")):
         rc, _, stderr = cli("images", "-d", f"x={src}", *flags)
         assert rc == 2 and error_code(stderr) == "LC_E_USAGE", stderr
-        assert f"{what} the input {tmp_path / 'imgs' / '0.png'} (listed in {src})" in stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["imgs", "in", "job", "lists"]
-    assert [p.name for p in (tmp_path / "imgs").iterdir()] == ["0.png"]
+        assert f"{what} the input {image} (listed in {src})" in stderr, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "job", "lists", "parts", "rep"]
+    assert (rep / "overlaps" / "0.png").exists() and (parts / "part-0.png").exists()
 
 
 def test_clean_may_replace_its_own_test_file_but_no_other_input(cli, tmp_path):
