@@ -475,8 +475,9 @@ class _Files:
                                              for n in names)
         if not names or (ours and not foreign):
             return
-        shown = (foreign or names)[:3]
-        more = ", ..." if len(names) > len(shown) else ""
+        named = foreign or names
+        shown = named[:3]
+        more = ", ..." if len(named) > len(shown) else ""
         raise LeakcheckError(errors.USAGE, f"{name or path} exists and is not a leakcheck-spark "
                              f"output (it holds {', '.join(shown)}{more}): replacing it would "
                              "delete them", "give a new path, or remove it first")
