@@ -350,6 +350,7 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: 
     objects of a line format (their columns as Spark's JSON reader infers them from `aside`),
     in the order of `kept`."""
     import pyspark.sql.functions as F
+    from pyspark.sql.types import StructType
 
     if result.input_format == "txt":  # the line's text: without the \r of a CRLF line
         return kept.select(F.regexp_replace("raw", r"\r\z", "").alias("text"))
@@ -361,6 +362,15 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: 
     # back largest file first).  With no row kept, the columns come from every test row: an
     # empty read has no columns, which Spark cannot write as CSV or Parquet.
     none_kept = result.counts["kept"] == 0
-    (result.rows if none_kept else kept).select("raw").write.text(outputs.spark_uri(aside))
+    source = result.rows if none_kept else kept
+    source.select("raw").write.text(outputs.spark_uri(aside))
     schema = spark.read.json(outputs.spark_uri(aside)).schema
+    # The reader sorts the columns by name; they are put back in the order the keys first
+    # appear in the rows (as pandas reads JSON Lines), so `id,text,label` stays that way.  One
+    # row per distinct key reaches the driver: as many as the columns.
+    first = {r["key"]: r["at"] for r in
+             source.select("row", F.posexplode(F.json_object_keys("raw")).alias("pos", "key"))
+             .groupBy("key").agg(F.min(F.struct("row", "pos")).alias("at")).collect()}
+    schema = StructType(sorted(schema.fields, key=lambda f: (
+        f.name not in first, first.get(f.name, (0, 0)), f.name)))
     return kept.select(F.from_json("raw", schema).alias("_lc_obj")).select("_lc_obj.*")

@@ -219,7 +219,24 @@ def test_clean_jsonl_with_nested_values_to_one_csv_file(cli, tmp_path):
                           f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--out", out)
     assert (code, stderr.count("error")) == (0, 0)
     with open(out, newline="", encoding="utf-8") as fh:  # as a directory --format csv has them
-        assert list(csv.reader(fh)) == [["f", "l", "m"], ["x", "[1,2]", '{"a":1}']]
+        assert list(csv.reader(fh)) == [["f", "m", "l"], ["x", '{"a":1}', "[1,2]"]]
+
+
+def test_clean_jsonl_to_columns_keeps_the_order_keys_first_appear_in(cli, tmp_path):
+    write_jsonl(tmp_path / "t.jsonl", [
+        {"id": 1, "text": "a", "label": 0}, {"id": 2, "text": "leak", "label": 1, "src": "x"},
+        {"zz": True, "id": 3, "label": 1, "text": "b"}, {"id": 4, "text": "c", "label": 0}])
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    for name in ("o.csv", "o.parquet", "odir"):
+        out = tmp_path / name
+        code, _, stderr = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                              f"a={tmp_path / 'a.txt'}", "--text-field", "text", "--out", out,
+                              "--format", "parquet")
+        assert (code, stderr.count("error")) == (0, 0), stderr
+        # `src` only came with a dropped row; `zz` first appears after the others.
+        names = (next(csv.reader(out.open(encoding="utf-8"))) if name == "o.csv"
+                 else pq.read_table(out).schema.names)
+        assert names == ["id", "text", "label", "zz"]
 
 
 def test_clean_to_csv_keeps_whitespace_around_values(cli, tmp_path):
@@ -256,7 +273,8 @@ def test_clean_jsonl_keys_that_differ_in_case_are_two_columns(cli, tmp_path):
     code, _, stderr = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
                           f"a={tmp_path / 'a.txt'}", "--text-field", "t", "--out", out)
     assert (code, stderr.count("error")) == (0, 0), stderr
-    assert pq.read_table(out).to_pylist() == [{"T": "upper", "t": "x"}]
+    assert pq.read_table(out).to_pylist() == [{"t": "x", "T": "upper"}]
+    assert pq.read_table(out).schema.names == ["t", "T"]
 
 
 def test_drop_conflicts_without_any_label_field_is_a_usage_error(cli, tmp_path):
