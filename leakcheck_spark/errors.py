@@ -132,10 +132,17 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
         return LeakcheckError(IO, f"no such file or directory: {display_path(m.group(1))}")
     m = _READ_FILE.search(text)
     if m:
+        path = display_path(m.group(1))
         cause = _cause(text)
-        return LeakcheckError(
-            BAD_FORMAT, f"cannot read {display_path(m.group(1))}" + (f": {cause}" if cause else "")
-        )
+        if cause.startswith("ChecksumException"):
+            # Hadoop's local filesystem checks a file against the .NAME.crc beside it, which
+            # Spark wrote with it: the file was changed since (edited, appended to, replaced).
+            folder, _, name = path.rpartition("/")
+            return LeakcheckError(
+                BAD_FORMAT, f"cannot read {path}: it changed after Spark wrote it (it no longer "
+                f"matches the checksum file {folder}/.{name}.crc beside it)",
+                f"if the change was meant, delete .{name}.crc; else write the file again")
+        return LeakcheckError(BAD_FORMAT, f"cannot read {path}" + (f": {cause}" if cause else ""))
     if "Python worker exited unexpectedly" in text:
         return LeakcheckError(IO, "a Python worker of a Spark task crashed (killed, or out of "
                               "memory)", "run again; if it crashes again, give the Python "

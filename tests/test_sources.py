@@ -349,3 +349,21 @@ def test_a_csv_header_that_repeats_a_field_is_bad_format_naming_the_file(cli, tm
         f"leakcheck-spark: error [LC_E_BAD_FORMAT]: the header of {tmp_path / 'r.csv'} repeats "
         "the column 'func' (func, Func): its columns cannot be told apart (hint: give each "
         "column of the header its own name)\n"), err
+
+
+def test_a_part_file_changed_after_spark_wrote_it_names_its_stale_checksum(spark, cli, tmp_path):
+    # Hadoop's local filesystem checks every read against the .NAME.crc Spark wrote beside the
+    # file; a user who appends to a part file of an earlier output gets a ChecksumException.
+    spark.createDataFrame([("alpha beta",)], "text string").coalesce(1).write.json(
+        str(tmp_path / "d"))
+    part = next((tmp_path / "d").glob("part-*.json"))
+    with open(part, "a", encoding="utf-8") as fh:
+        fh.write('{"text": "gamma"}\n')
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 'd'}", "--text-field", "text", "--quiet")
+    assert rc == 2 and err.startswith(
+        f"leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read {part}: it changed after Spark "
+        f"wrote it (it no longer matches the checksum file {tmp_path / 'd'}/.{part.name}.crc "
+        f"beside it) (hint: if the change was meant, delete .{part.name}.crc;"), err
+    (tmp_path / "d" / f".{part.name}.crc").unlink()
+    rc, stdout, err = cli("audit", "-d", f"x={tmp_path / 'd'}", "--text-field", "text", "--quiet")
+    assert rc == 0, err
