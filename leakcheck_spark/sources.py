@@ -220,11 +220,32 @@ _MISSING = object()
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 
 
+# A UTF-16 surrogate code point: JSON may spell one alone ("\ud800"), which Python decodes into
+# a string that has no UTF-8 form (Arrow, hashing and every writer refuse it).  A pair decodes
+# into one character, so any surrogate left in a decoded string is a lone one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# The fields of parse_object's tuple that hold strings from the data, by the flag naming them.
+_STRING_FIELDS = ((3, "text"), (1, "id"), (4, "label"), (0, "split"))
+
+
 def parse_object(obj: object, src: Source) -> tuple:
     """The record fields of one JSON value: (split, id, id_int, text, label, label_canon,
     has_label, has_split, err).  `err` is an encoded row error or None; messages contain
     ``{where}``, which the driver replaces with the row's file and line.
     """
+    fields = _parse_object(obj, src)
+    for i, flag in _STRING_FIELDS:
+        value = fields[i]
+        if value is not None and (bad := _SURROGATE.search(value)):
+            return _row_error(
+                errors.BAD_FORMAT, f"the {flag} of {{where}} holds a lone UTF-16 surrogate "
+                f"(\\u{ord(bad.group()):04x} at character {bad.start()}): not valid Unicode",
+                "a \\uD800-\\uDFFF escape in JSON must be one of a high+low pair; fix or drop "
+                "the record")
+    return fields
+
+
+def _parse_object(obj: object, src: Source) -> tuple:
     if src.noleak:
         text = noleak_text(obj, src.text_field)
         if text is _MISSING:
@@ -473,10 +494,16 @@ def parse_json_lists(
                 yield derived.add(pd.DataFrame(out))
                 continue
             for i, obj in enumerate(items):
-                raw = json.dumps(obj, ensure_ascii=False) if keep_raw else None
+                raw = _json_text(obj) if keep_raw else None
                 _append(out, file, 0, i, i, parse_object(obj, src), raw)
             if items:  # an empty list has no rows (and an empty frame no column types)
                 yield derived.add(pd.DataFrame(out))
+
+
+def _json_text(obj: object) -> str:
+    """A list element as a JSONL line: its characters as they are, but a lone surrogate in a
+    field that is not read (it has no UTF-8 form) as the escape it was written as."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(obj, ensure_ascii=False))
 
 
 def _json_value(text: str) -> object:

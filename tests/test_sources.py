@@ -349,3 +349,33 @@ def test_a_csv_header_that_repeats_a_field_is_bad_format_naming_the_file(cli, tm
         f"leakcheck-spark: error [LC_E_BAD_FORMAT]: the header of {tmp_path / 'r.csv'} repeats "
         "the column 'func' (func, Func): its columns cannot be told apart (hint: give each "
         "column of the header its own name)\n"), err
+
+
+def test_a_lone_surrogate_escape_is_bad_format_naming_the_line(cli, tmp_path):
+    # JSON may spell a lone UTF-16 surrogate ("\ud800"); Python decodes it into a string with no
+    # UTF-8 form, and Arrow's conversion failed the run as an "unexpected failure".
+    (tmp_path / "s.jsonl").write_text('{"t": "ok"}\n{"t": "a\\ud800b"}\n', encoding="utf-8")
+    (tmp_path / "x.txt").write_text("ok\n", encoding="utf-8")
+    src = tmp_path / "s.jsonl"
+    for argv in (("fingerprint", "-d", f"x={src}", "--text-field", "t"),
+                 ("check", "--train", src, "--eval", tmp_path / "x.txt", "--field", "t")):
+        rc, _, err = cli(*argv, "--quiet")
+        assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: the text "
+                                          f"of line 2 of {src} holds a lone"), err
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 's.jsonl'}", "--text-field", "t", "--quiet")
+    assert rc == 2 and err == (
+        f"leakcheck-spark: error [LC_E_BAD_FORMAT]: the text of line 2 of {tmp_path / 's.jsonl'} "
+        "holds a lone UTF-16 surrogate (\\ud800 at character 1): not valid Unicode (hint: a "
+        "\\uD800-\\uDFFF escape in JSON must be one of a high+low pair; fix or drop the "
+        "record)\n"), err
+    # A pair is one character; a lone surrogate in a field that is not read is left alone, and a
+    # kept .json list element keeps it as the escape it was written as.
+    (tmp_path / "p.json").write_text('[{"t": "\\ud83d\\ude00", "m": "x\\udfffy"}]',
+                                     encoding="utf-8")
+    (tmp_path / "a.jsonl").write_text('{"t": "other"}\n', encoding="utf-8")
+    rc, out, err = cli("clean", "--test", f"p={tmp_path / 'p.json'}", "--against",
+                       f"a={tmp_path / 'a.jsonl'}", "--text-field", "t", "--out",
+                       tmp_path / "kept.jsonl", "--quiet")
+    assert rc == 0, err
+    assert (tmp_path / "kept.jsonl").read_text(encoding="utf-8") == (
+        '{"t": "\U0001f600", "m": "x\\udfffy"}\n')
