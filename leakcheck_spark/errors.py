@@ -133,9 +133,15 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
     m = _READ_FILE.search(text)
     if m:
         cause = _cause(text)
+        # Spark reads every Parquet file of a source with one file's column types: a file that
+        # stores a column as another type is no corrupt file, and the default hint (the supported
+        # file types) would send the user looking at the wrong thing.
+        hint = ("give the column one type in every file of the source (Spark reads them all "
+                "with one file's schema), or give the files as separate sources"
+                if cause.startswith("SchemaColumnConvertNotSupportedException") else None)
         return LeakcheckError(
-            BAD_FORMAT, f"cannot read {display_path(m.group(1))}" + (f": {cause}" if cause else "")
-        )
+            BAD_FORMAT, f"cannot read {display_path(m.group(1))}" + (f": {cause}" if cause else ""),
+            hint)
     if "Python worker exited unexpectedly" in text:
         return LeakcheckError(IO, "a Python worker of a Spark task crashed (killed, or out of "
                               "memory)", "run again; if it crashes again, give the Python "

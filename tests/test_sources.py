@@ -379,3 +379,18 @@ def test_a_lone_surrogate_escape_is_bad_format_naming_the_line(cli, tmp_path):
     assert rc == 0, err
     assert (tmp_path / "kept.jsonl").read_text(encoding="utf-8") == (
         '{"t": "\U0001f600", "m": "x\\udfffy"}\n')
+
+
+def test_parquet_files_that_type_a_column_differently_say_so_in_the_hint(cli, tmp_path):
+    # The hint was the default one of LC_E_BAD_FORMAT, the list of supported file types.
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "t": ["alpha", "beta"]}), tmp_path / "d" / "a.parquet")
+    pq.write_table(pa.table({"id": ["x"], "t": ["gamma"]}), tmp_path / "d" / "b.parquet")
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 'd'}", "--text-field", "t", "--id-field", "id",
+                     "--quiet")
+    assert rc == 2 and err.startswith(
+        f"leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read {tmp_path / 'd' / 'b.parquet'}: "
+        "SchemaColumnConvertNotSupportedException: column: [id]"), err
+    assert err.endswith(" (hint: give the column one type in every file of the source (Spark "
+                        "reads them all with one file's schema), or give the files as separate "
+                        "sources)\n"), err
