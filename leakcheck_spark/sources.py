@@ -634,6 +634,9 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
     if fmt == "csv":
         df = read_csv(spark, files)
+        # Spark names the i-th column of a repeated name NAME + i: then look at the header.
+        if any(c.endswith(str(i)) and c != str(i) for i, c in enumerate(df.columns)):
+            check_csv_header(spark, files[0], None)
     elif fmt == "table":
         df = _catalog_table(spark, files[0], src)
     elif fmt == "hf":
@@ -754,34 +757,64 @@ def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
     error naming the file and the row (the default mode drops the extra values or fills in nulls,
     silently).  A UTF-8 BOM before the header is not part of the first name.
     """
-    df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
-                            enforceSchema=False, mode="FAILFAST", **CSV_DIALECT).csv(files)
-    return df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
+    reader = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
+                                enforceSchema=False, mode="FAILFAST", **CSV_DIALECT)
+    df = reader.csv(files)
+    columns = df.columns
+    # Spark names an empty header name _cI (as pandas' to_csv writes the index's), and then
+    # fails its own header check against that name: read with the header's names as the schema.
+    if any(c == f"_c{i}" for i, c in enumerate(columns)):
+        header = _csv_header(spark, files if isinstance(files, str) else files[0])
+        if header is not None and len(header) == len(columns) and header.count("") == 1:
+            from pyspark.sql import types as T
+
+            df = reader.schema(T.StructType([
+                T.StructField("" if c == f"_c{i}" and not h else c, T.StringType())
+                for i, (c, h) in enumerate(zip(columns, header))])).csv(files).toDF(*columns)
+    return df.toDF(*[c.lstrip("\ufeff") for c in columns])
 
 
-def check_csv_header(spark: SparkSession, file: str, name: str) -> None:
-    """Raise BAD_FORMAT if the header of CSV `file` names column `name` more than once.
-
-    Spark renames repeated header names by position (``func,func`` reads as ``func0, func1``), so
-    a field named by a flag is then "not in" the columns.  Called only once a field is missing:
-    it reads the header line (one row), and a message that names the repeat says what to fix.
-    """
+def _csv_header(spark: SparkSession, file: str) -> list[str] | None:
+    """The names in the header line of CSV `file` (a BOM taken off), or None if unreadable."""
     import csv
 
     try:
         first = spark.read.option("lineSep", "\n").text(spark_uri(file)).limit(1).collect()
     except Exception:  # noqa: BLE001 - the read itself reports an unreadable file
-        return
+        return None
     if not first:
+        return None
+    return next(csv.reader([first[0].value.lstrip("\ufeff").rstrip("\r")]), [])
+
+
+def check_csv_header(spark: SparkSession, file: str, name: str | None) -> None:
+    """Raise BAD_FORMAT if the header of CSV `file` names column `name` (None: any column) more
+    than once.
+
+    Spark renames repeated header names by position (``func,func`` reads as ``func0, func1``), so
+    a field named by a flag is then "not in" the columns, and any repeat fails the read later
+    with "CSV header does not conform to the schema".  Called only once a field is missing or a
+    column looks renamed: it reads the header line (one row), and a message that names the repeat
+    says what to fix.
+    """
+    header = _csv_header(spark, file)
+    if header is None:
         return
-    header = next(csv.reader([first[0].value.lstrip("\ufeff").rstrip("\r")]), [])
     # Spark compares column names without case unless spark.sql.caseSensitive is set.
     case = spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
-    same = [h for h in header if (h == name if case else h.lower() == name.lower())]
+    fold = (lambda h: h) if case else str.lower
+    if name is None:  # the first name that is repeated, if any
+        seen: set[str] = set()
+        again = next((h for h in header if fold(h) in seen or seen.add(fold(h))), None)
+        if again is None:
+            return
+        name = next(h for h in header if fold(h) == fold(again))  # as first written
+    same = [h for h in header if fold(h) == fold(name)]
     if len(same) > 1:
         raise LeakcheckError(
             errors.BAD_FORMAT, f"the header of {errors.display_path(file)} repeats the column "
-            f"{name!r} ({', '.join(same)}): its columns cannot be told apart",
+            f"{name!r}" + (f" ({', '.join(same)})" if name else "") + ": its columns cannot be "
+            "told apart",
             "give each column of the header its own name")
 
 

@@ -394,3 +394,31 @@ def test_parquet_files_that_type_a_column_differently_say_so_in_the_hint(cli, tm
     assert err.endswith(" (hint: give the column one type in every file of the source (Spark "
                         "reads them all with one file's schema), or give the files as separate "
                         "sources)\n"), err
+
+
+def test_a_csv_header_that_repeats_any_column_is_bad_format_naming_it(cli, tmp_path):
+    # A repeat of a column no flag names (or two empty names) failed the read with Spark's "CSV
+    # header does not conform to the schema" and the hint listing the supported file types.
+    write_jsonl(tmp_path / "a.jsonl", [{"func": "alpha"}])
+    for header, repeat in (("id,func,x,X", "'x' (x, X)"), ("id,func,,", "''")):
+        (tmp_path / "r.csv").write_text(header + "\n1,alpha,p,q\n2,beta,r,s\n", encoding="utf-8")
+        rc, _, err = cli("clean", "--test", f"x={tmp_path / 'r.csv'}", "--against",
+                         f"a={tmp_path / 'a.jsonl'}", "--text-field", "func", "--out",
+                         tmp_path / "out.csv", "--quiet")
+        assert rc == 2 and err == (
+            f"leakcheck-spark: error [LC_E_BAD_FORMAT]: the header of {tmp_path / 'r.csv'} "
+            f"repeats the column {repeat}: its columns cannot be told apart (hint: give each "
+            "column of the header its own name)\n"), err
+    # A name that ends in its position is no repeat; one empty name (pandas' to_csv writes the
+    # index's so) is read, as _cI (Spark's own header check refused it).
+    (tmp_path / "r.csv").write_text("id,func,x2,\n1,alpha,p,q\n2,beta,r,s\n", encoding="utf-8")
+    rc, _, err = cli("clean", "--test", f"x={tmp_path / 'r.csv'}", "--against",
+                     f"a={tmp_path / 'a.jsonl'}", "--text-field", "func", "--out",
+                     tmp_path / "out.csv", "--quiet")
+    assert rc == 0, err
+    assert (tmp_path / "out.csv").read_text(encoding="utf-8") == "id,func,x2,_c3\n2,beta,r,s\n"
+    (tmp_path / "p.csv").write_text(",func\n0,alpha\n1,beta\n", encoding="utf-8")
+    rc, out, err = cli("audit", "-d", f"x={tmp_path / 'p.csv'}", "-d", f"a={tmp_path / 'a.jsonl'}",
+                       "--text-field", "func", "--quiet", "--json", "-")
+    assert rc == 0, err
+    assert json.loads(out)["split_matrix"]["x/all"]["a/all"] == {"count": 1, "fraction": 0.5}
