@@ -142,7 +142,14 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
                 BAD_FORMAT, f"cannot read {path}: it changed after Spark wrote it (it no longer "
                 f"matches the checksum file {folder}/.{name}.crc beside it)",
                 f"if the change was meant, delete .{name}.crc; else write the file again")
-        return LeakcheckError(BAD_FORMAT, f"cannot read {path}" + (f": {cause}" if cause else ""))
+        # Spark reads every Parquet file of a source with one file's column types: a file that
+        # stores a column as another type is no corrupt file, and the default hint (the supported
+        # file types) would send the user looking at the wrong thing.
+        hint = ("give the column one type in every file of the source (Spark reads them all "
+                "with one file's schema), or give the files as separate sources"
+                if cause.startswith("SchemaColumnConvertNotSupportedException") else None)
+        return LeakcheckError(BAD_FORMAT, f"cannot read {path}" + (f": {cause}" if cause else ""),
+                              hint)
     if "Python worker exited unexpectedly" in text:
         return LeakcheckError(IO, "a Python worker of a Spark task crashed (killed, or out of "
                               "memory)", "run again; if it crashes again, give the Python "

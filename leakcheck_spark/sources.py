@@ -220,11 +220,33 @@ _MISSING = object()
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 
 
+# A UTF-16 surrogate code point: JSON may spell one alone ("\ud800"), which Python decodes into
+# a string that has no UTF-8 form (Arrow, hashing and every writer refuse it).  A pair decodes
+# into one character, so any surrogate left in a decoded string is a lone one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# The fields of parse_object's tuple that hold strings from the data, by the flag naming them.
+_STRING_FIELDS = ((3, "text"), (1, "id"), (4, "label"), (0, "split"))
+
+
 def parse_object(obj: object, src: Source) -> tuple:
     """The record fields of one JSON value: (split, id, id_int, text, label, label_canon,
     has_label, has_split, err).  `err` is an encoded row error or None; messages contain
     ``{where}``, which the driver replaces with the row's file and line.
     """
+    fields = _parse_object(obj, src)
+    for i, flag in _STRING_FIELDS:
+        value = fields[i]
+        # isascii() first: a C scan that settles most texts (code) without the regex.
+        if value is not None and not value.isascii() and (bad := _SURROGATE.search(value)):
+            return _row_error(
+                errors.BAD_FORMAT, f"the {flag} of {{where}} holds a lone UTF-16 surrogate "
+                f"(\\u{ord(bad.group()):04x} at character {bad.start()}): not valid Unicode",
+                "a \\uD800-\\uDFFF escape in JSON must be one of a high+low pair; fix or drop "
+                "the record")
+    return fields
+
+
+def _parse_object(obj: object, src: Source) -> tuple:
     if src.noleak:
         text = noleak_text(obj, src.text_field)
         if text is _MISSING:
@@ -473,10 +495,16 @@ def parse_json_lists(
                 yield derived.add(pd.DataFrame(out))
                 continue
             for i, obj in enumerate(items):
-                raw = json.dumps(obj, ensure_ascii=False) if keep_raw else None
+                raw = _json_text(obj) if keep_raw else None
                 _append(out, file, 0, i, i, parse_object(obj, src), raw)
             if items:  # an empty list has no rows (and an empty frame no column types)
                 yield derived.add(pd.DataFrame(out))
+
+
+def _json_text(obj: object) -> str:
+    """A list element as a JSONL line: its characters as they are, but a lone surrogate in a
+    field that is not read (it has no UTF-8 form) as the escape it was written as."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(obj, ensure_ascii=False))
 
 
 def _json_value(text: str) -> object:
@@ -607,6 +635,9 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
     if fmt == "csv":
         df = read_csv(spark, files)
+        # Spark names the i-th column of a repeated name NAME + i: then look at the header.
+        if any(c.endswith(str(i)) and c != str(i) for i, c in enumerate(df.columns)):
+            check_csv_header(spark, files[0], None)
     elif fmt == "table":
         df = _catalog_table(spark, files[0], src)
     elif fmt == "hf":
@@ -727,34 +758,64 @@ def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
     error naming the file and the row (the default mode drops the extra values or fills in nulls,
     silently).  A UTF-8 BOM before the header is not part of the first name.
     """
-    df = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
-                            enforceSchema=False, mode="FAILFAST", **CSV_DIALECT).csv(files)
-    return df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
+    reader = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
+                                enforceSchema=False, mode="FAILFAST", **CSV_DIALECT)
+    df = reader.csv(files)
+    columns = df.columns
+    # Spark names an empty header name _cI (as pandas' to_csv writes the index's), and then
+    # fails its own header check against that name: read with the header's names as the schema.
+    if any(c == f"_c{i}" for i, c in enumerate(columns)):
+        header = _csv_header(spark, files if isinstance(files, str) else files[0])
+        if header is not None and len(header) == len(columns) and header.count("") == 1:
+            from pyspark.sql import types as T
+
+            df = reader.schema(T.StructType([
+                T.StructField("" if c == f"_c{i}" and not h else c, T.StringType())
+                for i, (c, h) in enumerate(zip(columns, header))])).csv(files).toDF(*columns)
+    return df.toDF(*[c.lstrip("\ufeff") for c in columns])
 
 
-def check_csv_header(spark: SparkSession, file: str, name: str) -> None:
-    """Raise BAD_FORMAT if the header of CSV `file` names column `name` more than once.
-
-    Spark renames repeated header names by position (``func,func`` reads as ``func0, func1``), so
-    a field named by a flag is then "not in" the columns.  Called only once a field is missing:
-    it reads the header line (one row), and a message that names the repeat says what to fix.
-    """
+def _csv_header(spark: SparkSession, file: str) -> list[str] | None:
+    """The names in the header line of CSV `file` (a BOM taken off), or None if unreadable."""
     import csv
 
     try:
         first = spark.read.option("lineSep", "\n").text(spark_uri(file)).limit(1).collect()
     except Exception:  # noqa: BLE001 - the read itself reports an unreadable file
-        return
+        return None
     if not first:
+        return None
+    return next(csv.reader([first[0].value.lstrip("\ufeff").rstrip("\r")]), [])
+
+
+def check_csv_header(spark: SparkSession, file: str, name: str | None) -> None:
+    """Raise BAD_FORMAT if the header of CSV `file` names column `name` (None: any column) more
+    than once.
+
+    Spark renames repeated header names by position (``func,func`` reads as ``func0, func1``), so
+    a field named by a flag is then "not in" the columns, and any repeat fails the read later
+    with "CSV header does not conform to the schema".  Called only once a field is missing or a
+    column looks renamed: it reads the header line (one row), and a message that names the repeat
+    says what to fix.
+    """
+    header = _csv_header(spark, file)
+    if header is None:
         return
-    header = next(csv.reader([first[0].value.lstrip("\ufeff").rstrip("\r")]), [])
     # Spark compares column names without case unless spark.sql.caseSensitive is set.
     case = spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
-    same = [h for h in header if (h == name if case else h.lower() == name.lower())]
+    fold = (lambda h: h) if case else str.lower
+    if name is None:  # the first name that is repeated, if any
+        seen: set[str] = set()
+        again = next((h for h in header if fold(h) in seen or seen.add(fold(h))), None)
+        if again is None:
+            return
+        name = next(h for h in header if fold(h) == fold(again))  # as first written
+    same = [h for h in header if fold(h) == fold(name)]
     if len(same) > 1:
         raise LeakcheckError(
             errors.BAD_FORMAT, f"the header of {errors.display_path(file)} repeats the column "
-            f"{name!r} ({', '.join(same)}): its columns cannot be told apart",
+            f"{name!r}" + (f" ({', '.join(same)})" if name else "") + ": its columns cannot be "
+            "told apart",
             "give each column of the header its own name")
 
 

@@ -367,3 +367,76 @@ def test_a_part_file_changed_after_spark_wrote_it_names_its_stale_checksum(spark
     (tmp_path / "d" / f".{part.name}.crc").unlink()
     rc, stdout, err = cli("audit", "-d", f"x={tmp_path / 'd'}", "--text-field", "text", "--quiet")
     assert rc == 0, err
+
+
+def test_a_lone_surrogate_escape_is_bad_format_naming_the_line(cli, tmp_path):
+    # JSON may spell a lone UTF-16 surrogate ("\ud800"); Python decodes it into a string with no
+    # UTF-8 form, and Arrow's conversion failed the run as an "unexpected failure".
+    (tmp_path / "s.jsonl").write_text('{"t": "ok"}\n{"t": "a\\ud800b"}\n', encoding="utf-8")
+    (tmp_path / "x.txt").write_text("ok\n", encoding="utf-8")
+    src = tmp_path / "s.jsonl"
+    for argv in (("fingerprint", "-d", f"x={src}", "--text-field", "t"),
+                 ("check", "--train", src, "--eval", tmp_path / "x.txt", "--field", "t")):
+        rc, _, err = cli(*argv, "--quiet")
+        assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: the text "
+                                          f"of line 2 of {src} holds a lone"), err
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 's.jsonl'}", "--text-field", "t", "--quiet")
+    assert rc == 2 and err == (
+        f"leakcheck-spark: error [LC_E_BAD_FORMAT]: the text of line 2 of {tmp_path / 's.jsonl'} "
+        "holds a lone UTF-16 surrogate (\\ud800 at character 1): not valid Unicode (hint: a "
+        "\\uD800-\\uDFFF escape in JSON must be one of a high+low pair; fix or drop the "
+        "record)\n"), err
+    # A pair is one character; a lone surrogate in a field that is not read is left alone, and a
+    # kept .json list element keeps it as the escape it was written as.
+    (tmp_path / "p.json").write_text('[{"t": "\\ud83d\\ude00", "m": "x\\udfffy"}]',
+                                     encoding="utf-8")
+    (tmp_path / "a.jsonl").write_text('{"t": "other"}\n', encoding="utf-8")
+    rc, out, err = cli("clean", "--test", f"p={tmp_path / 'p.json'}", "--against",
+                       f"a={tmp_path / 'a.jsonl'}", "--text-field", "t", "--out",
+                       tmp_path / "kept.jsonl", "--quiet")
+    assert rc == 0, err
+    assert (tmp_path / "kept.jsonl").read_text(encoding="utf-8") == (
+        '{"t": "\U0001f600", "m": "x\\udfffy"}\n')
+
+
+def test_parquet_files_that_type_a_column_differently_say_so_in_the_hint(cli, tmp_path):
+    # The hint was the default one of LC_E_BAD_FORMAT, the list of supported file types.
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "t": ["alpha", "beta"]}), tmp_path / "d" / "a.parquet")
+    pq.write_table(pa.table({"id": ["x"], "t": ["gamma"]}), tmp_path / "d" / "b.parquet")
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 'd'}", "--text-field", "t", "--id-field", "id",
+                     "--quiet")
+    assert rc == 2 and err.startswith(
+        f"leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read {tmp_path / 'd' / 'b.parquet'}: "
+        "SchemaColumnConvertNotSupportedException: column: [id]"), err
+    assert err.endswith(" (hint: give the column one type in every file of the source (Spark "
+                        "reads them all with one file's schema), or give the files as separate "
+                        "sources)\n"), err
+
+
+def test_a_csv_header_that_repeats_any_column_is_bad_format_naming_it(cli, tmp_path):
+    # A repeat of a column no flag names (or two empty names) failed the read with Spark's "CSV
+    # header does not conform to the schema" and the hint listing the supported file types.
+    write_jsonl(tmp_path / "a.jsonl", [{"func": "alpha"}])
+    for header, repeat in (("id,func,x,X", "'x' (x, X)"), ("id,func,,", "''")):
+        (tmp_path / "r.csv").write_text(header + "\n1,alpha,p,q\n2,beta,r,s\n", encoding="utf-8")
+        rc, _, err = cli("clean", "--test", f"x={tmp_path / 'r.csv'}", "--against",
+                         f"a={tmp_path / 'a.jsonl'}", "--text-field", "func", "--out",
+                         tmp_path / "out.csv", "--quiet")
+        assert rc == 2 and err == (
+            f"leakcheck-spark: error [LC_E_BAD_FORMAT]: the header of {tmp_path / 'r.csv'} "
+            f"repeats the column {repeat}: its columns cannot be told apart (hint: give each "
+            "column of the header its own name)\n"), err
+    # A name that ends in its position is no repeat; one empty name (pandas' to_csv writes the
+    # index's so) is read, as _cI (Spark's own header check refused it).
+    (tmp_path / "r.csv").write_text("id,func,x2,\n1,alpha,p,q\n2,beta,r,s\n", encoding="utf-8")
+    rc, _, err = cli("clean", "--test", f"x={tmp_path / 'r.csv'}", "--against",
+                     f"a={tmp_path / 'a.jsonl'}", "--text-field", "func", "--out",
+                     tmp_path / "out.csv", "--quiet")
+    assert rc == 0, err
+    assert (tmp_path / "out.csv").read_text(encoding="utf-8") == "id,func,x2,_c3\n2,beta,r,s\n"
+    (tmp_path / "p.csv").write_text(",func\n0,alpha\n1,beta\n", encoding="utf-8")
+    rc, out, err = cli("audit", "-d", f"x={tmp_path / 'p.csv'}", "-d", f"a={tmp_path / 'a.jsonl'}",
+                       "--text-field", "func", "--quiet", "--json", "-")
+    assert rc == 0, err
+    assert json.loads(out)["split_matrix"]["x/all"]["a/all"] == {"count": 1, "fraction": 0.5}
