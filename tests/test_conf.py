@@ -1,0 +1,33 @@
+"""Results under Spark settings a user's session may carry (a notebook's, a cluster's,
+``--conf``): the same outputs as with Spark's defaults."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+from conftest import spark_conf, write_jsonl
+
+
+def test_single_file_outputs_under_max_records_per_file(spark, cli, tmp_path):
+    # spark.sql.files.maxRecordsPerFile splits a task's output into several files; an output
+    # named as one file (.jsonl, .parquet, .csv) is still that one file.
+    rows = [{"id": i, "f": f"text number {i}"} for i in range(4)]
+    test = write_jsonl(tmp_path / "t.jsonl", rows)
+    against = write_jsonl(tmp_path / "a.jsonl", [{"id": 9, "f": "text number 0"}])
+    with spark_conf(spark, **{"spark.sql.files.maxRecordsPerFile": 1}):
+        for out in ("clean.jsonl", "clean.parquet", "clean.csv"):
+            code, stdout, err = cli("clean", "--test", f"t={test}", "--against", f"a={against}",
+                                    "--text-field", "f", "--id-field", "id",
+                                    "--out", tmp_path / out)
+            assert code == 0, err
+            assert "kept 3, dropped 1" in stdout
+        code, _, err = cli("resplit", "-d", f"t:test={test}", "-d", f"a:train={against}",
+                           "--text-field", "f", "--id-field", "id",
+                           "--out", tmp_path / "resplit.csv")
+        assert code == 0, err
+    assert (tmp_path / "clean.jsonl").read_text().splitlines() == [
+        '{"id": 1, "f": "text number 1"}', '{"id": 2, "f": "text number 2"}',
+        '{"id": 3, "f": "text number 3"}']
+    assert pq.read_table(tmp_path / "clean.parquet").column("id").to_pylist() == [1, 2, 3]
+    assert (tmp_path / "clean.csv").read_text().splitlines() == [
+        "f,id", "text number 1,1", "text number 2,2", "text number 3,3"]
+    assert len((tmp_path / "resplit.csv").read_text().splitlines()) == 6
