@@ -31,3 +31,18 @@ def test_single_file_outputs_under_max_records_per_file(spark, cli, tmp_path):
     assert (tmp_path / "clean.csv").read_text().splitlines() == [
         "f,id", "text number 1,1", "text number 2,2", "text number 3,3"]
     assert len((tmp_path / "resplit.csv").read_text().splitlines()) == 6
+
+
+def test_a_truncated_gzip_input_is_an_error_under_ignore_corrupt_files(spark, cli, tmp_path):
+    # With spark.sql.files.ignoreCorruptFiles a session skips what it cannot read: the first
+    # half of a truncated .jsonl.gz would be audited as if it were the whole file.
+    import gzip
+
+    data = gzip.compress("".join(f'{{"t": "line {i} {"x" * 50}"}}\n'
+                                 for i in range(3000)).encode())
+    (tmp_path / "cut.jsonl.gz").write_bytes(data[:len(data) // 2])
+    with spark_conf(spark, **{"spark.sql.files.ignoreCorruptFiles": "true"}):
+        code, stdout, err = cli("audit", "-d", f"x={tmp_path / 'cut.jsonl.gz'}",
+                                "--text-field", "t")
+    assert code == 2, stdout
+    assert "error [LC_E_BAD_FORMAT]: cannot read" in err and "cut.jsonl.gz" in err
