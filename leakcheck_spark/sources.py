@@ -620,7 +620,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
     elif fmt == "hf":
         df = hf.read(spark, src)
     else:
-        df = read_inputs(spark).parquet(*files)
+        df = _read_parquet(spark, files, src)
     columns = [c for c in df.columns if fmt != "hf" or c not in hf.POSITION_COLUMNS]
     frame.original_columns[fmt] = columns
     schema = {f.name: f.dataType for f in df.schema.fields}
@@ -738,6 +738,21 @@ def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
     df = read_inputs(spark).options(header=True, multiLine=True, encoding="UTF-8",
                             enforceSchema=False, mode="FAILFAST", **CSV_DIALECT).csv(files)
     return df.toDF(*[c.lstrip("\ufeff") for c in df.columns])
+
+
+def _read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFrame:
+    """The Parquet files of `src`; BAD_FORMAT when two of their columns differ only in case,
+    which Spark cannot tell apart unless spark.sql.caseSensitive is set."""
+    try:
+        return read_inputs(spark).parquet(*files)
+    except Exception as exc:  # noqa: BLE001 - translated or re-raised
+        m = re.search(r"\[COLUMN_ALREADY_EXISTS\] The column `([^`]*)`", str(exc))
+        if m is None:
+            raise
+        raise LeakcheckError(
+            errors.BAD_FORMAT, f"the columns of {src.path} include two named {m.group(1)!r} "
+            "but for case, which Spark does not tell apart by default",
+            "read them as two columns with --conf spark.sql.caseSensitive=true") from None
 
 
 def check_csv_header(spark: SparkSession, file: str, name: str) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from conftest import spark_conf, write_jsonl
 
@@ -46,3 +47,22 @@ def test_a_truncated_gzip_input_is_an_error_under_ignore_corrupt_files(spark, cl
                                 "--text-field", "t")
     assert code == 2, stdout
     assert "error [LC_E_BAD_FORMAT]: cannot read" in err and "cut.jsonl.gz" in err
+
+
+def test_parquet_columns_differing_only_in_case(spark, cli, tmp_path):
+    # Spark's default (case-insensitive) reader refuses such a file: a one-line error naming it
+    # and the setting that reads it; with spark.sql.caseSensitive=true both columns are kept.
+    pq.write_table(pa.table({"id": [1, 2], "text": ["int f(){}", "int g(){}"],
+                             "Text": ["A", "B"]}), tmp_path / "t.parquet")
+    against = write_jsonl(tmp_path / "a.jsonl", [{"text": "int f() {}"}])
+    argv = ["clean", "--test", f"t={tmp_path / 't.parquet'}", "--against", f"a={against}",
+            "--text-field", "text", "-o", "t.id=id"]
+    code, _, err = cli(*argv, "--out", tmp_path / "default.parquet")
+    assert code == 2
+    assert err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: the columns of ")
+    assert "spark.sql.caseSensitive=true" in err and len(err.strip().splitlines()) == 1
+    with spark_conf(spark, **{"spark.sql.caseSensitive": "true"}):
+        code, _, err = cli(*argv, "--out", tmp_path / "kept.parquet")
+    assert code == 0, err
+    assert pq.read_table(tmp_path / "kept.parquet").to_pylist() == [
+        {"id": 2, "text": "int g(){}", "Text": "B"}]
