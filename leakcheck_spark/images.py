@@ -47,6 +47,7 @@ from leakcheck_spark.sources import (
     check_csv_header,
     invalid_split,
     read_csv,
+    read_inputs,
 )
 
 if TYPE_CHECKING:
@@ -367,14 +368,14 @@ def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions
     null_bin = F.lit(None).cast("binary")
     try:
         if kind == "files":
-            listing = (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+            listing = (read_inputs(spark).format("binaryFile").option("recursiveFileLookup", "true")
                        .load(spark_uri(src.path)))
             df = listing.where(_is_image(F.col("path"))).select("path", "content")
             df = df.unionByName(_zero_byte_images(spark, listing, df))
             df = df.select(_as_given(_display("path"), src.path).alias("id"), "path", "content",
                            split.alias("split"))
         elif kind == "list":
-            lines = spark.read.text(spark_uri(src.path)).select(F.trim("value").alias("p"))
+            lines = read_inputs(spark).text(spark_uri(src.path)).select(F.trim("value").alias("p"))
             base = src.path.rsplit("/", 1)[0] if "/" in src.path else "."
             base = spark_uri(base)
             absolute = F.col("p").startswith("/") | F.col("p").rlike(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -447,7 +448,7 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
     else:
         low = src.path.lower()
         fmt = next(v for ext, v in TABLE_EXTENSIONS.items() if low.endswith(ext))
-        reader = spark.read
+        reader = read_inputs(spark)
         if fmt == "csv":
             df = read_csv(spark, spark_uri(src.path))
         elif fmt == "json":

@@ -315,7 +315,9 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
     if fmt == "csv" and text_column is None:
         df = csv_columns(df)
     with staged(spark, path, ONE_FILE) as tmp_dir:
-        writer = df.write.mode("error")
+        # One partition is one file only without a record cap: a session's
+        # spark.sql.files.maxRecordsPerFile would split it (the writer's option overrides it).
+        writer = df.write.mode("error").option("maxRecordsPerFile", 0)
         if compression:
             writer = writer.option("compression", compression)
         if text_column is not None:

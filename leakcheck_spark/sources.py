@@ -42,7 +42,7 @@ from leakcheck_spark.udf import series_udf
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 
 RECORD_COLUMNS = ("dataset", "split", "group", "id", "row", "text", "label", "label_canon",
                   "id_num")
@@ -183,7 +183,7 @@ def list_files(spark: SparkSession, src: Source) -> list[tuple[str, str]]:
         return [(path, "hf")]
     try:
         listed = (
-            spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+            read_inputs(spark).format("binaryFile").option("recursiveFileLookup", "true")
             .load(spark_uri(path)).select("path").collect()
         )
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
@@ -196,6 +196,14 @@ def list_files(spark: SparkSession, src: Source) -> list[tuple[str, str]]:
         raise LeakcheckError(errors.EMPTY_INPUT,
                              f"no records in {src.label}: no non-empty supported input files")
     return supported
+
+
+def read_inputs(spark: SparkSession) -> DataFrameReader:
+    """``spark.read`` for the inputs of a run, whatever the session's settings: a session's
+    ``spark.sql.files.ignoreCorruptFiles`` / ``ignoreMissingFiles`` would skip an unreadable
+    input (a truncated .gz, a broken Parquet file) or the rest of it without a word; bad input
+    is an error here (the reader's options override the session's)."""
+    return spark.read.options(ignoreCorruptFiles="false", ignoreMissingFiles="false")
 
 
 def _has_glob(path: str) -> bool:
@@ -612,7 +620,7 @@ def _read_lines(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
     # lineSep "\n": a "\r" stays in the line, so a kept CRLF row is written back byte-identical.
     # The value is cast to binary so invalid UTF-8 reaches Python as bytes (and is reported).
-    lines = spark.read.option("lineSep", "\n").text(files).select(
+    lines = read_inputs(spark).option("lineSep", "\n").text(files).select(
         F.col("value").cast("binary").alias("value"),
         F.col("_metadata.file_path").alias("_lc_file"),
         F.col("_metadata.file_block_start").alias("_lc_block"),
@@ -623,7 +631,7 @@ def _read_lines(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
 def _read_json_lists(spark: SparkSession, files: list[str], src: Source,
                      keep_raw: bool, derived: Derived) -> DataFrame:
-    blobs = spark.read.format("binaryFile").load(files).select("path", "content")
+    blobs = read_inputs(spark).format("binaryFile").load(files).select("path", "content")
     return blobs.mapInPandas(lambda it: parse_json_lists(it, src, keep_raw, derived),
                              _PARSED_DDL + derived.ddl())
 
@@ -643,7 +651,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
     elif fmt == "hf":
         df = hf.read(spark, src)
     else:
-        df = spark.read.parquet(*files)
+        df = _read_parquet(spark, files, src)
     columns = [c for c in df.columns if fmt != "hf" or c not in hf.POSITION_COLUMNS]
     frame.original_columns[fmt] = columns
     schema = {f.name: f.dataType for f in df.schema.fields}
@@ -758,8 +766,8 @@ def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
     error naming the file and the row (the default mode drops the extra values or fills in nulls,
     silently).  A UTF-8 BOM before the header is not part of the first name.
     """
-    reader = spark.read.options(header=True, multiLine=True, encoding="UTF-8",
-                                enforceSchema=False, mode="FAILFAST", **CSV_DIALECT)
+    reader = read_inputs(spark).options(header=True, multiLine=True, encoding="UTF-8",
+                                        enforceSchema=False, mode="FAILFAST", **CSV_DIALECT)
     df = reader.csv(files)
     columns = df.columns
     # Spark names an empty header name _cI (as pandas' to_csv writes the index's), and then
@@ -775,12 +783,27 @@ def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
     return df.toDF(*[c.lstrip("\ufeff") for c in columns])
 
 
+def _read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFrame:
+    """The Parquet files of `src`; BAD_FORMAT when two of their columns differ only in case,
+    which Spark cannot tell apart unless spark.sql.caseSensitive is set."""
+    try:
+        return read_inputs(spark).parquet(*files)
+    except Exception as exc:  # noqa: BLE001 - translated or re-raised
+        m = re.search(r"\[COLUMN_ALREADY_EXISTS\] The column `([^`]*)`", str(exc))
+        if m is None:
+            raise
+        raise LeakcheckError(
+            errors.BAD_FORMAT, f"the columns of {src.path} include two named {m.group(1)!r} "
+            "but for case, which Spark does not tell apart by default",
+            "read them as two columns with --conf spark.sql.caseSensitive=true") from None
+
+
 def _csv_header(spark: SparkSession, file: str) -> list[str] | None:
     """The names in the header line of CSV `file` (a BOM taken off), or None if unreadable."""
     import csv
 
     try:
-        first = spark.read.option("lineSep", "\n").text(spark_uri(file)).limit(1).collect()
+        first = read_inputs(spark).option("lineSep", "\n").text(spark_uri(file)).limit(1).collect()
     except Exception:  # noqa: BLE001 - the read itself reports an unreadable file
         return None
     if not first:
@@ -1000,7 +1023,7 @@ def _check_parquet_text_column(spark: SparkSession, src: Source, blocks: list) -
         return
     with_text = {b._lc_file for b in blocks if b.fmt == "parquet" and b.has_text}
     for file in sorted(files - with_text):
-        columns = spark.read.parquet(file).columns
+        columns = read_inputs(spark).parquet(file).columns
         if src.text_field not in columns:
             raise LeakcheckError(
                 errors.MISSING_FIELD, f"text field {src.text_field!r} not in "
