@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
+from leakcheck_spark.minhash import arrow_bytes
 from leakcheck_spark.udf import series_udf
 
 if TYPE_CHECKING:
@@ -88,8 +89,8 @@ _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 def hex_lines(fp: pa.Array) -> np.ndarray:
     """32-byte digests -> an (n, 65) uint8 array: each row the 64 hex characters and a newline."""
     n = len(fp)
-    data = np.frombuffer(fp.buffers()[2], dtype=np.uint8)
-    start = int(np.frombuffer(fp.buffers()[1], dtype=np.int32)[fp.offset])
+    data, offsets = arrow_bytes(fp)  # binary or large_binary (useLargeVarTypes), sliced or not
+    start = int(offsets[0])
     raw = data[start:start + 32 * n].reshape(n, 32)
     out = np.empty((n, 65), dtype=np.uint8)
     out[:, 0:64:2] = _HEX[raw >> 4]

@@ -106,3 +106,19 @@ def test_large_groups_stream_in_order(spark):
     want = {g: _expected([t for i, t in enumerate(texts) if ("g1" if i % 3 else "g0") == g])
             for g in ("g0", "g1")}
     assert got == want
+
+
+def test_hex_lines_read_binary_and_large_binary_digests_sliced_or_not():
+    # Under spark.sql.execution.arrow.useLargeVarTypes the digests arrive as large_binary, whose
+    # offsets are int64: reading them as int32 took the wrong bytes of a sliced batch.
+    import hashlib
+
+    import pyarrow as pa
+
+    from leakcheck_spark.fingerprint import hex_lines
+
+    digests = [hashlib.sha256(str(i).encode()).digest() for i in range(7)]
+    want = b"".join(d.hex().encode() + b"\n" for d in digests[3:6])
+    for kind in (pa.binary(), pa.large_binary()):
+        arr = pa.array(digests, kind).slice(3, 3)
+        assert hex_lines(arr).tobytes() == want, kind
