@@ -30,7 +30,7 @@ def test_single_file_outputs_under_max_records_per_file(spark, cli, tmp_path):
         '{"id": 3, "f": "text number 3"}']
     assert pq.read_table(tmp_path / "clean.parquet").column("id").to_pylist() == [1, 2, 3]
     assert (tmp_path / "clean.csv").read_text().splitlines() == [
-        "f,id", "text number 1,1", "text number 2,2", "text number 3,3"]
+        "id,f", "1,text number 1", "2,text number 2", "3,text number 3"]
     assert len((tmp_path / "resplit.csv").read_text().splitlines()) == 6
 
 
