@@ -457,3 +457,25 @@ def test_the_lone_surrogate_check_costs_less_than_parsing_the_line():
     parse = min(timeit.repeat(lambda: json.loads(line), number=50, repeat=7))
     check = min(timeit.repeat(lambda: parse_object(obj, src), number=50, repeat=7))
     assert check < 2 * parse, (check, parse)
+
+
+def test_files_of_a_directory_whose_headers_or_columns_clash_have_a_hint_saying_so(cli, tmp_path):
+    # A repeat (or a column differing only in case) in a file other than the one Spark takes the
+    # columns from fails in the scan, not where the source is opened: the hint was the list of
+    # supported file types.
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.csv").write_text("id,func,x\n1,alpha,p\n", encoding="utf-8")
+    (tmp_path / "c" / "b.csv").write_text("id,func,func\n2,beta,q\n", encoding="utf-8")
+    (tmp_path / "p").mkdir()
+    pq.write_table(pa.table({"text": ["alpha"]}), tmp_path / "p" / "a.parquet")
+    pq.write_table(pa.table({"text": ["beta"], "Text": ["B"]}), tmp_path / "p" / "b.parquet")
+    for src, field, hint in (
+            ("c", "func", "(hint: every CSV file of a source needs the same header: the same "
+                          "names, in the same order, none repeated; give a file with another "
+                          "header as a source of its own)\n"),
+            ("p", "text", "(hint: read them as two columns with --conf "
+                          "spark.sql.caseSensitive=true)\n")):
+        rc, _, err = cli("audit", "-d", f"x={tmp_path / src}", "--text-field", field, "--quiet")
+        assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read "
+                                          f"{tmp_path / src}/"), err
+        assert err.endswith(hint) and len(err.splitlines()) == 1, err
