@@ -444,7 +444,7 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
     from pyspark.sql import types as T
 
     if src.path.startswith(TABLE_PREFIX):
-        df = spark.table(src.path[len(TABLE_PREFIX):])
+        df = read_inputs(spark).table(src.path[len(TABLE_PREFIX):])
     else:
         low = src.path.lower()
         fmt = next(v for ext, v in TABLE_EXTENSIONS.items() if low.endswith(ext))

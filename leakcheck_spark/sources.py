@@ -859,7 +859,7 @@ def _catalog_table(spark: SparkSession, name: str, src: Source) -> DataFrame:
     """A catalog table, checked to be backed by files: rows are numbered by their position in
     the table's files (path, then offset), which needs Spark's ``_metadata`` file columns."""
     try:
-        df = spark.table(name)
+        df = read_inputs(spark).table(name)
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
         if "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
             raise LeakcheckError(errors.IO, f"no such table: {name} ({src.label})",
