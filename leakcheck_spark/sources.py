@@ -664,7 +664,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
     elif fmt == "hf":
         df = hf.read(spark, src)
     else:
-        df = _read_parquet(spark, files, src)
+        df = read_parquet(spark, files, src)
     columns = [c for c in df.columns if fmt != "hf" or c not in hf.POSITION_COLUMNS]
     frame.original_columns[fmt] = columns
     schema = {f.name: f.dataType for f in df.schema.fields}
@@ -796,7 +796,7 @@ def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
     return df.toDF(*[c.lstrip("\ufeff") for c in columns])
 
 
-def _read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFrame:
+def read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFrame:
     """The Parquet files of `src`; BAD_FORMAT when two of their columns differ only in case,
     which Spark cannot tell apart unless spark.sql.caseSensitive is set."""
     try:
