@@ -115,6 +115,22 @@ _PATH_NOT_FOUND = re.compile(r"Path does not exist: (\S+?)\.?(?: SQLSTATE|$)", r
 _READ_FILE = re.compile(r"Encountered error while reading file (\S+?)\.?\s", re.M)
 
 
+# Causes of a failed file read that are no corrupt file, and what to do about them.
+_READ_HINTS = (
+    # A Parquet file that stores a column as another type than the file the schema came from.
+    ("SchemaColumnConvertNotSupportedException", "give the column one type in every file of the "
+     "source (Spark reads them all with one file's schema), or give the files as separate "
+     "sources"),
+    # A CSV file whose header differs from the one the columns came from (or repeats a name).
+    ("CSV header does not conform to the schema", "every CSV file of a source needs the same "
+     "header: the same names, in the same order, none repeated; give a file with another header "
+     "as a source of its own"),
+    # A Parquet file (not the one the schema came from) with two columns differing only in case.
+    ("in case-insensitive mode", "read them as two columns with --conf "
+     "spark.sql.caseSensitive=true"),
+)
+
+
 def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
     """Translate an exception raised by a Spark action into a LeakcheckError, if it is one of ours.
 
@@ -142,12 +158,10 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
                 BAD_FORMAT, f"cannot read {path}: it changed after Spark wrote it (it no longer "
                 f"matches the checksum file {folder}/.{name}.crc beside it)",
                 f"if the change was meant, delete .{name}.crc; else write the file again")
-        # Spark reads every Parquet file of a source with one file's column types: a file that
-        # stores a column as another type is no corrupt file, and the default hint (the supported
-        # file types) would send the user looking at the wrong thing.
-        hint = ("give the column one type in every file of the source (Spark reads them all "
-                "with one file's schema), or give the files as separate sources"
-                if cause.startswith("SchemaColumnConvertNotSupportedException") else None)
+        # Spark reads every file of a source with the columns of one of them: a file that does
+        # not fit them is no corrupt file, and the default hint (the supported file types) would
+        # send the user looking at the wrong thing.
+        hint = next((h for key, h in _READ_HINTS if key in cause), None)
         return LeakcheckError(BAD_FORMAT, f"cannot read {path}" + (f": {cause}" if cause else ""),
                               hint)
     if "Python worker exited unexpectedly" in text:

@@ -48,6 +48,7 @@ from leakcheck_spark.sources import (
     invalid_split,
     read_csv,
     read_inputs,
+    read_parquet,
 )
 
 if TYPE_CHECKING:
@@ -444,7 +445,7 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
     from pyspark.sql import types as T
 
     if src.path.startswith(TABLE_PREFIX):
-        df = spark.table(src.path[len(TABLE_PREFIX):])
+        df = read_inputs(spark).table(src.path[len(TABLE_PREFIX):])
     else:
         low = src.path.lower()
         fmt = next(v for ext, v in TABLE_EXTENSIONS.items() if low.endswith(ext))
@@ -454,7 +455,7 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
         elif fmt == "json":
             df = reader.option("multiLine", low.endswith(".json")).json(spark_uri(src.path))
         else:
-            df = reader.parquet(spark_uri(src.path))
+            df = read_parquet(spark, [spark_uri(src.path)], src)
     where = f"{src.path} (columns: {', '.join(df.columns[:12])})"
     if not opts.path_field and not opts.bytes_field:
         raise LeakcheckError(errors.MISSING_FIELD, f"{src.label} is a table: say which column "

@@ -460,3 +460,19 @@ def test_an_output_inside_a_catalog_tables_files_is_a_usage_error(spark, cli, pi
         assert err.startswith(f"leakcheck-spark: error [LC_E_USAGE]: {args[-2]} {args[-1]} "), err
         assert "the input table:lc_images_table" in err, err
     assert spark.table("lc_images_table").count() == 1  # the table's files are still there
+
+
+def test_a_parquet_table_with_columns_differing_only_in_case(cli, tmp_path):
+    # As for the text commands: a one-line BAD_FORMAT naming the setting that reads such a file
+    # (was "unexpected failure ... this looks like a bug").
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"img": [str(tmp_path / "a.png")], "IMG": ["b"]}),
+                   tmp_path / "t.parquet")
+    rc, _, err = cli("images", "-d", f"p={tmp_path / 't.parquet'}", "--path-field", "img",
+                     "--quiet")
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: the columns of "
+                          f"{tmp_path / 't.parquet'} include two named "), err
+    assert "--conf spark.sql.caseSensitive=true" in err, err
