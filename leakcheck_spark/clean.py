@@ -362,7 +362,7 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: 
     # back largest file first).  With no row kept, the columns come from every test row: an
     # empty read has no columns, which Spark cannot write as CSV or Parquet.
     none_kept = result.counts["kept"] == 0
-    source = result.rows if none_kept else kept
+    source = result.rows if none_kept else result.kept  # not `kept`: maybe one task's
     source.select("raw").write.text(outputs.spark_uri(aside))
     schema = spark.read.json(outputs.spark_uri(aside)).schema
     # The reader sorts the columns by name; they are put back in the order the keys first

@@ -150,9 +150,10 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
     if m:
         path = display_path(m.group(1))
         cause = _cause(text)
-        if cause.startswith("ChecksumException"):
+        if cause.startswith("ChecksumException") and path.startswith("/"):
             # Hadoop's local filesystem checks a file against the .NAME.crc beside it, which
             # Spark wrote with it: the file was changed since (edited, appended to, replaced).
+            # (HDFS keeps its checksums out of sight: there it is a corrupt block, said as is.)
             folder, _, name = path.rpartition("/")
             return LeakcheckError(
                 BAD_FORMAT, f"cannot read {path}: it changed after Spark wrote it (it no longer "

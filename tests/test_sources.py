@@ -442,23 +442,6 @@ def test_a_csv_header_that_repeats_any_column_is_bad_format_naming_it(cli, tmp_p
     assert json.loads(out)["split_matrix"]["x/all"]["a/all"] == {"count": 1, "fraction": 0.5}
 
 
-def test_the_lone_surrogate_check_costs_less_than_parsing_the_line():
-    # parse_object runs for every record of every JSON input: its check of the decoded strings
-    # for a lone surrogate ran a regex over each non-ASCII text, 3-10x the cost of json.loads
-    # of the whole line (a 20,000-character text with one accent: ~150 us against ~18 us).
-    import timeit
-
-    from leakcheck_spark.sources import Source, parse_object
-
-    src = Source("x", "/x.jsonl", text_field="t", label_field="l")
-    line = json.dumps({"t": "int f() { return 0; } // é\n" * 800, "l": "café"},
-                      ensure_ascii=False)
-    obj = json.loads(line)
-    parse = min(timeit.repeat(lambda: json.loads(line), number=50, repeat=7))
-    check = min(timeit.repeat(lambda: parse_object(obj, src), number=50, repeat=7))
-    assert check < 2 * parse, (check, parse)
-
-
 def test_files_of_a_directory_whose_headers_or_columns_clash_have_a_hint_saying_so(cli, tmp_path):
     # A repeat (or a column differing only in case) in a file other than the one Spark takes the
     # columns from fails in the scan, not where the source is opened: the hint was the list of
