@@ -821,7 +821,7 @@ def _file_position() -> list:
 
 def line_ending(spark: SparkSession, file: str) -> str | None:
     """The line ending of CSV `file` as Spark's parser would detect it: what the first CR or LF
-    in its first 64 KiB (decompressed) starts, ``"\r\n"``, ``"\r"`` or ``"\n"``.  None when
+    in its first 64 KiB (decompressed) starts, CRLF, CR or LF (as a string).  None when
     there is none there, the file cannot be opened (the read reports it), or the session has
     no JVM (Spark Connect): Spark then detects it itself.
 
