@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.paths import is_local, local_path, spark_uri
+from leakcheck_spark.session import is_connect
 from leakcheck_spark.sources import CSV_DIALECT
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def _own_jobs(spark: SparkSession | None) -> Iterator[None]:
         yield
         return
     tag = f"leakcheck-spark-write-{uuid.uuid4().hex}"
-    connect = _is_connect(spark)
+    connect = is_connect(spark)
     if connect:
         spark.addTag(tag)
     else:
@@ -357,10 +358,6 @@ def _sibling(path: str, kind: str) -> str:
     return _join(parent, f".{name}.{kind}-{uuid.uuid4().hex[:10]}")
 
 
-def _is_connect(spark: SparkSession) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 def _files(spark: SparkSession, path: str) -> _Files:
     """The filesystem operations outputs need, for the place `path` is in.
 
@@ -372,7 +369,7 @@ def _files(spark: SparkSession, path: str) -> _Files:
     """
     if is_local(path):
         return _LocalFiles()
-    if not _is_connect(spark):
+    if not is_connect(spark):
         return _HadoopFiles(spark, path)
     return _FsspecFiles(path)
 

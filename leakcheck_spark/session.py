@@ -53,6 +53,11 @@ _DEFAULTS = {
 }
 
 
+def is_connect(spark: SparkSession) -> bool:
+    """True for a Spark Connect session: this process then has no JVM to call."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def get_session(
     master: str | None = None,
     conf: Iterable[tuple[str, str]] = (),

@@ -38,6 +38,7 @@ from leakcheck_spark.errors import LeakcheckError, encode_row_error
 from leakcheck_spark.labels import canonical_label, display_label, from_typed_string
 from leakcheck_spark.options import DEFAULT_SPLIT, Options, Source
 from leakcheck_spark.paths import spark_uri
+from leakcheck_spark.session import is_connect
 from leakcheck_spark.udf import series_udf
 
 if TYPE_CHECKING:
@@ -70,6 +71,11 @@ _NOLEAK_BREAKS = {"txt": re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]"),
 # Spark's own default escapes with a backslash.
 CSV_DIALECT = {"quote": '"', "escape": '"'}
 TABULAR_FORMATS = ("csv", "parquet", "table", "hf")
+# What read_csv(positions=True) adds to a CSV table's columns: each row's file and block.
+CSV_POSITION_COLUMNS = ("_lc_file", "_lc_block")
+# How much of a CSV file (decompressed) line_ending looks at, and what it looks for.
+_ENDING_SCAN = 1 << 16
+_FIRST_BREAK = re.compile(rb"[\r\n]")
 # A source read from the Spark catalog: table:NAME (a Hive metastore or Unity Catalog name).
 TABLE_PREFIX = "table:"
 
@@ -654,18 +660,21 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
     import pyspark.sql.functions as F
     from pyspark.sql import types as T
 
+    positions: tuple[str, ...] = ()  # columns the reader adds after the table's own
     if fmt == "csv":
-        df = read_csv(spark, files)
-        # Spark names the i-th column of a repeated name NAME + i: then look at the header.
-        if any(c.endswith(str(i)) and c != str(i) for i, c in enumerate(df.columns)):
-            check_csv_header(spark, files[0], None)
+        df = read_csv(spark, files, positions=True)
+        positions = CSV_POSITION_COLUMNS
     elif fmt == "table":
         df = _catalog_table(spark, files[0], src)
     elif fmt == "hf":
         df = hf.read(spark, src)
+        positions = hf.POSITION_COLUMNS
     else:
         df = read_parquet(spark, files, src)
-    columns = [c for c in df.columns if fmt != "hf" or c not in hf.POSITION_COLUMNS]
+    columns = [c for c in df.columns if c not in positions]
+    # Spark names the i-th column of a repeated CSV name NAME + i: then look at the header.
+    if fmt == "csv" and any(c.endswith(str(i)) and c != str(i) for i, c in enumerate(columns)):
+        check_csv_header(spark, files[0], None)
     frame.original_columns[fmt] = columns
     schema = {f.name: f.dataType for f in df.schema.fields}
     where = f"{src.path} (columns: {', '.join(columns[:12])})"
@@ -705,11 +714,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
     if fmt == "hf":  # the loader numbered the rows: the split is the "block"
         df = df.select(*orig, *hf.POSITION_COLUMNS)
     else:
-        df = df.select(
-            *orig,
-            F.col("_metadata.file_path").alias("_lc_file"),
-            F.col("_metadata.file_block_start").alias("_lc_block"),
-        )
+        df = df.select(*orig, *positions) if positions else df.select(*orig, *_file_position())
         # Not an id: within one (file, block) -- always read by one task, in order -- it
         # increases with the row, so `_lc_seq - min(_lc_seq)` over the block is the row's ordinal
         # (scan()).  The parts are cached before the scan, so every later use sees the same values.
@@ -769,7 +774,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
     )
 
 
-def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
+def read_csv(spark: SparkSession, files: str | list[str], positions: bool = False) -> DataFrame:
     """CSV files with a header, as the sources read them: every value a string, as in the file.
 
     multiLine: quoted newlines are part of a value.  Spark takes the column names from the first
@@ -778,22 +783,86 @@ def read_csv(spark: SparkSession, files: str | list[str]) -> DataFrame:
     read into wrong columns.  FAILFAST: a row with more or fewer values than the header is an
     error naming the file and the row (the default mode drops the extra values or fills in nulls,
     silently).  A UTF-8 BOM before the header is not part of the first name.
+
+    Line endings: each file is read with the one it ends its first line with (`line_ending`) as
+    Spark's lineSep.  Left to detect it, Spark's parser turns a CRLF inside a quoted value of a
+    CRLF file into LF; told it, it keeps every value byte for byte.  Files that end their lines
+    differently are read apart (one scan each) and put together.  `positions`: each row also
+    has its file and block (:data:`CSV_POSITION_COLUMNS`), which Spark's ``_metadata`` gives
+    only before the parts are put together.
     """
+    files = [files] if isinstance(files, str) else files
+    by_ending: dict[str | None, list[str]] = {}
+    for file in files:
+        by_ending.setdefault(line_ending(spark, file), []).append(file)
     reader = read_inputs(spark).options(header=True, multiLine=True, encoding="UTF-8",
                                         enforceSchema=False, mode="FAILFAST", **CSV_DIALECT)
-    df = reader.csv(files)
-    columns = df.columns
+
+    def read(ending: str | None, part: list[str], schema: object = None) -> DataFrame:
+        r = reader if ending is None else reader.option("lineSep", ending)
+        df = (r if schema is None else r.schema(schema)).csv(part)
+        return df.select("*", *_file_position()) if positions else df
+
+    (ending, first), *others = by_ending.items()
+    df = read(ending, first)
+    columns = df.columns[:len(df.columns) - len(CSV_POSITION_COLUMNS) * positions]
+    schema = None  # the first file's, which each other part's headers are checked against
     # Spark names an empty header name _cI (as pandas' to_csv writes the index's), and then
     # fails its own header check against that name: read with the header's names as the schema.
     if any(c == f"_c{i}" for i, c in enumerate(columns)):
-        header = _csv_header(spark, files if isinstance(files, str) else files[0])
+        header = _csv_header(spark, files[0])
         if header is not None and len(header) == len(columns) and header.count("") == 1:
             from pyspark.sql import types as T
 
-            df = reader.schema(T.StructType([
+            schema = T.StructType([
                 T.StructField("" if c == f"_c{i}" and not h else c, T.StringType())
-                for i, (c, h) in enumerate(zip(columns, header))])).csv(files).toDF(*columns)
-    return df.toDF(*[c.lstrip("\ufeff") for c in columns])
+                for i, (c, h) in enumerate(zip(columns, header))])
+            df = read(ending, first, schema)
+    for ending, part in others:
+        df = df.unionAll(read(ending, part, schema or df.schema[:len(columns)]))
+    names = [c.lstrip("\ufeff") for c in columns]
+    return df.toDF(*names, *CSV_POSITION_COLUMNS) if positions else df.toDF(*names)
+
+
+def _file_position() -> list:
+    """The file and block of each row of a file scan, as :data:`CSV_POSITION_COLUMNS`."""
+    import pyspark.sql.functions as F
+
+    return [F.col("_metadata.file_path").alias("_lc_file"),
+            F.col("_metadata.file_block_start").alias("_lc_block")]
+
+
+def line_ending(spark: SparkSession, file: str) -> str | None:
+    """The line ending of CSV `file` as Spark's parser would detect it: what the first CR or LF
+    in its first 64 KiB (decompressed) starts, CRLF, CR or LF (as a string).  None when
+    there is none there, the file cannot be opened (the read reports it), or the session has
+    no JVM (Spark Connect): Spark then detects it itself.
+
+    Read on the driver through the Hadoop FileSystem and the codecs Spark reads the file with.
+    """
+    if is_connect(spark):
+        return None
+    jvm = spark.sparkContext._jvm
+    try:  # Spark's own codec streams: Hadoop's zstd codec needs a native library
+        stream = jvm.org.apache.spark.io.HadoopCodecStreams.createInputStream(
+            spark.sparkContext._jsc.hadoopConfiguration(), jvm.org.apache.hadoop.fs.Path(file))
+    except Exception:  # noqa: BLE001 - the read itself reports an unreadable file
+        return None
+    try:
+        head = b""
+        while len(head) < _ENDING_SCAN:
+            chunk = bytes(stream.readNBytes(4096))
+            head += chunk
+            m = _FIRST_BREAK.search(head)
+            if m and (m.group() == b"\n" or m.end() < len(head) or not chunk):
+                return "\r\n" if head[m.start():m.start() + 2] == b"\r\n" else m.group().decode()
+            if not chunk:
+                return None
+    except Exception:  # noqa: BLE001 - a codec missing or a corrupt file: the read reports it
+        return None
+    finally:
+        stream.close()
+    return None
 
 
 def read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import itertools
 import random
 
@@ -354,3 +355,21 @@ def test_matrices_and_overlaps_agree_with_brute_force_over_records(spark, units)
             want = {r for (a, b), ids in cells.items() for r in ids
                     if groups[a] == x and groups[b] == y and (x != y or a != b)}
             assert dataset_m[x][y]["count"] == len(want)
+
+
+def test_exact_csv_texts_with_crlf_inside_quotes_match_the_same_jsonl_texts(spark, tmp_path):
+    # A CRLF file with CRLF (and a lone LF, a lone CR) inside quoted values: Spark's own line
+    # ending detection turned the quoted CRLF into LF, so under --normalizer exact the CSV rows
+    # no longer matched the same texts from JSONL.
+    texts = ["al\r\npha", "be\r\n\r\nta", "gam\nma", "del\rta", "end\r\n"]
+    with open(tmp_path / "tr.csv", "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh, lineterminator="\r\n").writerows([["t"], *[[t] for t in texts]])
+    write_jsonl(tmp_path / "te.jsonl", [{"t": t} for t in texts])
+    res = audit([Source("a", str(tmp_path / "tr.csv"), split="train", text_field="t"),
+                 Source("b", str(tmp_path / "te.jsonl"), split="test", text_field="t")],
+                Options(normalizer="exact"), spark=spark)
+    assert_df_equality(res.overlaps.where("from = 'b/test'").select("id", "match_ids"),
+                       spark.createDataFrame([(i, [i]) for i in range(len(texts))],
+                                             "id long, match_ids array<bigint>"),
+                       ignore_row_order=True, ignore_nullable=True)
+    res.unpersist()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import json
 
 import pyarrow as pa
@@ -289,3 +291,29 @@ def test_drop_conflicts_without_any_label_field_is_a_usage_error(cli, tmp_path):
     # A label on either side is enough: the test record's text carries another label.
     code, stdout, _ = cli(*argv, "-o", "a.label=label")
     assert code == 0 and "kept 0, dropped 1 (against 1)" in stdout
+
+
+def test_clean_of_csv_files_keeps_quoted_line_breaks_whatever_their_line_endings(cli, tmp_path):
+    # Each file read with its own line ending: CRLF rows (with a BOM), gzipped CRLF rows, LF rows
+    # and CR rows, each with CRLF, LF and CR inside quoted values.  Spark's detection turned a
+    # quoted CRLF of a CRLF file into LF, and clean wrote the changed value.
+    values = ["al\r\npha", "be\r\n\r\nta", "gam\nma", "del\rta", "end\r"]
+    d = tmp_path / "t"
+    d.mkdir()
+    expected = [["id", "text"]]
+    for name, ending in (("a.csv", "\r\n"), ("b.csv.gz", "\r\n"), ("c.csv", "\n"),
+                         ("d.csv", "\r")):
+        rows = [[f"{name[0]}{i}", v] for i, v in enumerate(values)] + [[f"{name[0]}x", "leak"]]
+        buf = io.StringIO(newline="")
+        csv.writer(buf, lineterminator=ending, quoting=csv.QUOTE_NONNUMERIC).writerows(
+            [["id", "text"], *rows])
+        data = ("\ufeff" if name == "a.csv" else "").encode() + buf.getvalue().encode()
+        (d / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+        expected += rows[:-1]
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    out = tmp_path / "o.csv"
+    code, _, _ = cli("clean", "--test", f"t={d}", "--against", f"a={tmp_path / 'a.txt'}",
+                     "--text-field", "text", "--out", out)
+    assert code == 0
+    with open(out, newline="", encoding="utf-8") as fh:
+        assert list(csv.reader(fh)) == expected

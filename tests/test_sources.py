@@ -13,7 +13,7 @@ from chispa import assert_df_equality
 from conftest import spark_conf, write_jsonl
 
 from leakcheck_spark import LeakcheckError, Options, Source
-from leakcheck_spark.sources import file_format, read_records
+from leakcheck_spark.sources import file_format, line_ending, read_csv, read_records
 
 COLS = ["dataset", "split", "group", "id", "row", "text", "label", "label_canon"]
 SCHEMA_INT = ("dataset string, split string, group string, id long, row long, text string, "
@@ -462,3 +462,19 @@ def test_files_of_a_directory_whose_headers_or_columns_clash_have_a_hint_saying_
         assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read "
                                           f"{tmp_path / src}/"), err
         assert err.endswith(hint) and len(err.splitlines()) == 1, err
+
+
+def test_csv_line_endings_are_found_per_file_and_keep_quoted_values(spark, tmp_path):
+    # zstd, a header-only file, one without any line break, and a lone CR line ending: each file
+    # is read with its own ending, and a quoted CRLF stays CRLF.
+    zstd = pytest.importorskip("zstandard")
+    files = {"a.csv.zst": zstd.ZstdCompressor().compress(b'i,t\r\n1,"x\r\ny"\r\n'),
+             "b.csv": b"i,t\r\n", "c.csv": b"i,t", "d.csv": b'i,t\r2,"p\r\nq\nr"\r'}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    paths = [str(tmp_path / n) for n in files]
+    assert [line_ending(spark, p) for p in paths] == ["\r\n", "\r\n", None, "\r"]
+    assert_df_equality(read_csv(spark, paths),
+                       spark.createDataFrame([("1", "x\r\ny"), ("2", "p\r\nq\nr")],
+                                             "i string, t string"),
+                       ignore_row_order=True, ignore_nullable=True)
