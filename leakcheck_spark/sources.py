@@ -641,8 +641,7 @@ def _read_lines(spark: SparkSession, files: list[str], src: Source, fmt: str,
     # The value is cast to binary so invalid UTF-8 reaches Python as bytes (and is reported).
     lines = read_inputs(spark).option("lineSep", "\n").text(files).select(
         F.col("value").cast("binary").alias("value"),
-        F.col("_metadata.file_path").alias("_lc_file"),
-        F.col("_metadata.file_block_start").alias("_lc_block"),
+        *_file_position(),
     )
     return lines.mapInPandas(lambda it: parse_lines(it, src, fmt, keep_raw, derived),
                              _PARSED_DDL + derived.ddl())
@@ -825,7 +824,8 @@ def read_csv(spark: SparkSession, files: str | list[str], positions: bool = Fals
 
 
 def _file_position() -> list:
-    """The file and block of each row of a file scan, as :data:`CSV_POSITION_COLUMNS`."""
+    """The file and block of each row of a file scan (``_lc_file``, ``_lc_block``: the names
+    :data:`CSV_POSITION_COLUMNS` gives them too)."""
     import pyspark.sql.functions as F
 
     return [F.col("_metadata.file_path").alias("_lc_file"),
