@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import json
 import logging
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
@@ -141,6 +143,20 @@ def staged(spark: SparkSession, final: str, kind: str = PARTS_DIR) -> Iterator[s
 _STOP_WAIT = 30.0
 
 
+@dataclasses.dataclass
+class _Jobs:
+    """The Spark jobs of one :func:`_own_jobs` block: their tag, and the threads the block's
+    Spark actions run in (:func:`_spark_action`)."""
+
+    tag: str
+    connect: bool
+    actions: list = dataclasses.field(default_factory=list)
+
+
+# The innermost _own_jobs block of this context.
+_JOBS: contextvars.ContextVar[_Jobs | None] = contextvars.ContextVar("lc_jobs", default=None)
+
+
 @contextlib.contextmanager
 def _own_jobs(spark: SparkSession | None) -> Iterator[None]:
     """The Spark jobs the block starts carry a tag of their own; when the block fails (a write
@@ -151,44 +167,106 @@ def _own_jobs(spark: SparkSession | None) -> Iterator[None]:
     if spark is None:
         yield
         return
-    tag = f"leakcheck-spark-write-{uuid.uuid4().hex}"
-    connect = is_connect(spark)
-    if connect:
-        spark.addTag(tag)
+    jobs = _Jobs(f"leakcheck-spark-write-{uuid.uuid4().hex}", is_connect(spark))
+    if jobs.connect:
+        spark.addTag(jobs.tag)
     else:
-        spark.sparkContext.addJobTag(tag)
+        spark.sparkContext.addJobTag(jobs.tag)
+    token = _JOBS.set(jobs)
     try:
         yield
     except BaseException:
-        _stop_jobs(spark, tag, connect)
+        _stop_jobs(spark, jobs)
         raise
     finally:
+        _JOBS.reset(token)
         with contextlib.suppress(Exception):  # the gateway may be gone (a JVM that died)
-            if connect:
-                spark.removeTag(tag)
+            if jobs.connect:
+                spark.removeTag(jobs.tag)
             else:
-                spark.sparkContext.removeJobTag(tag)
+                spark.sparkContext.removeJobTag(jobs.tag)
 
 
-def _stop_jobs(spark: SparkSession, tag: str, connect: bool) -> None:
-    """Cancel the jobs tagged `tag` and wait (at most :data:`_STOP_WAIT`) until none of their
-    tasks runs.  Under Spark Connect the server is asked to interrupt them; it does not report
-    when their tasks have stopped."""
-    try:
-        if connect:
-            spark.interruptTag(tag)
-            return
-        sc = spark.sparkContext
-        sc.cancelJobsWithTag(tag)
-        tracker = sc.statusTracker()
-        deadline = time.monotonic() + _STOP_WAIT
-        while time.monotonic() < deadline:
-            if not _busy(tracker, sc._jsc.sc().statusTracker().getJobIdsForTag(tag)):
+def _spark_action(action: Callable[[], object]) -> None:
+    """Run `action` (a Spark call that runs jobs: a write).  Inside an :func:`_own_jobs` block it
+    runs in a thread of its own, which the calling thread waits for: interrupted (Ctrl-C,
+    SIGTERM), the caller is out of the JVM call at once, and the block can wait until the call
+    has returned -- one cancel stops the jobs that run, not those the call goes on to start
+    (a sort's sampling job, its shuffle, then the write; or a job whose planning was under way).
+
+    The thread is a PySpark InheritableThread: the JVM side of it carries the block's job tag.
+    Without pinned Py4J threads or under Spark Connect, `action` runs in the calling thread."""
+    from py4j.clientserver import ClientServer
+    from pyspark import SparkContext
+    from pyspark.util import InheritableThread
+
+    jobs = _JOBS.get()
+    if jobs is None or jobs.connect or not isinstance(SparkContext._gateway, ClientServer):
+        action()
+        return
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    jobs.actions.append(done)
+    InheritableThread(run, name="leakcheck-spark-write", daemon=True).start()
+    # Not Thread.join: a signal's handler that raises inside it leaves the thread marked as
+    # ended while it runs (Python < 3.13).  Between waits the handler runs, and may raise.
+    while not done.wait(0.5):
+        pass
+    if failed:
+        raise failed[0]
+
+
+def _stop_jobs(spark: SparkSession, jobs: _Jobs) -> None:
+    """Cancel the jobs tagged ``jobs.tag`` and wait (at most :data:`_STOP_WAIT`) until the
+    block's Spark actions have returned and none of their tasks runs.  The cancel is repeated
+    while an action runs: it cancels the jobs there are, and the action may start another.
+    Under Spark Connect the server is asked to interrupt them; it does not report when their
+    tasks have stopped."""
+    from py4j.protocol import Py4JNetworkError
+
+    deadline = time.monotonic() + _STOP_WAIT
+    retries = 3
+    caught_up = False
+    while True:
+        try:
+            if jobs.connect:
+                spark.interruptTag(jobs.tag)
                 return
-            time.sleep(0.1)
-        log.warning("Spark tasks of an interrupted write still ran after %.0f s", _STOP_WAIT)
-    except Exception:  # noqa: BLE001 - no JVM left (it died, or with this process): no tasks
-        log.debug("could not stop the jobs of tag %s", tag, exc_info=True)
+            sc = spark.sparkContext
+            sc.cancelJobsWithTag(jobs.tag)
+            if all(done.is_set() for done in jobs.actions):
+                if not caught_up:
+                    # The status tracker learns of jobs from Spark's listener bus, which lags: let
+                    # it take in every job the actions started before asking it.
+                    caught_up = True
+                    with contextlib.suppress(Exception):  # an internal API (bounded wait)
+                        sc._jsc.sc().listenerBus().waitUntilEmpty(5000)
+                tracker = sc._jsc.sc().statusTracker()
+                if not _busy(sc.statusTracker(), tracker.getJobIdsForTag(jobs.tag)):
+                    return
+        except Py4JNetworkError:
+            # Py4J's first connection after a JVM call cut short by a signal may get an empty
+            # answer; the next one works.  A JVM that is gone fails every time.
+            retries -= 1
+            if not retries:
+                log.debug("could not stop the jobs of tag %s", jobs.tag, exc_info=True)
+                return
+        except Exception:  # noqa: BLE001 - no JVM left (it died, or with this process): no tasks
+            log.debug("could not stop the jobs of tag %s", jobs.tag, exc_info=True)
+            return
+        if time.monotonic() > deadline:
+            log.warning("Spark tasks of an interrupted write still ran after %.0f s", _STOP_WAIT)
+            return
+        time.sleep(0.1)
 
 
 def _busy(tracker, job_ids: Iterable[int]) -> bool:  # noqa: ANN001 - a StatusTracker
@@ -240,18 +318,15 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
         df = csv_columns(df)
     writer = df.write.mode("error")
     if fmt == "csv":
-        writer.options(**CSV_WRITE).csv(spark_uri(path))
-    elif fmt == "json":
-        writer.json(spark_uri(path))
-    else:
-        writer.parquet(spark_uri(path))
+        writer = writer.options(**CSV_WRITE)
+    _spark_action(lambda: getattr(writer, fmt)(spark_uri(path)))
 
 
 def write_json_lines(df: DataFrame, path: str) -> None:
     """Write the one string column of `df`, whose values are JSON texts, as they are: a
     directory of JSON Lines part files named ``.json``, as :func:`write_table` names them (Spark's
     text writer would name them ``.txt``, which a reader takes for lines of plain text)."""
-    df.write.mode("error").text(spark_uri(path))
+    _spark_action(lambda: df.write.mode("error").text(spark_uri(path)))
     fs = _files(df.sparkSession, path)
     for part in fs.list(path):
         parent, name = _split(part)
@@ -322,13 +397,10 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
         if compression:
             writer = writer.option("compression", compression)
         if text_column is not None:
-            writer.text(spark_uri(tmp_dir))
+            fmt = "text"
         elif fmt == "csv":
-            writer.options(**CSV_WRITE).csv(spark_uri(tmp_dir))
-        elif fmt == "json":
-            writer.json(spark_uri(tmp_dir))
-        else:
-            writer.parquet(spark_uri(tmp_dir))
+            writer = writer.options(**CSV_WRITE)
+        _spark_action(lambda: getattr(writer, fmt)(spark_uri(tmp_dir)))
         fs = _files(spark, path)
         parts = [p for p in fs.list(tmp_dir) if _split(p)[1].startswith("part-")]
         if len(parts) != 1:

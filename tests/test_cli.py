@@ -671,6 +671,66 @@ def test_an_interrupted_write_stops_its_spark_tasks_before_rolling_back(spark, t
     assert not [r for r in caplog.records if "sending command" in r.getMessage()], caplog.text
 
 
+def test_an_interrupted_write_waits_for_the_job_its_spark_call_starts_after_the_cancel(spark,
+                                                                                      tmp_path):
+    # Interrupted while the write's JVM call still plans (a Python data source's partitions()):
+    # no job runs yet, so a cancel finds none, and the call starts its job after the rollback --
+    # which then writes into the staging path the rollback removed.  The rollback must wait
+    # until the call has returned, cancelling what it starts.
+    import os
+    import signal
+    import threading
+    import time
+
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from leakcheck_spark import cli, outputs
+
+    planning, go = str(tmp_path / "planning"), str(tmp_path / "go")
+
+    class Reader(DataSourceReader):
+        def partitions(self):
+            open(planning, "w").close()
+            deadline = time.monotonic() + 120
+            while not os.path.exists(go) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return [InputPartition(i) for i in range(4)]
+
+        def read(self, partition):
+            for i in range(10):
+                yield (partition.value * 10 + i,)
+
+    class SlowPlanning(DataSource):
+        @classmethod
+        def name(cls):
+            return "leakcheck_test_slow_planning"
+
+        def schema(self):
+            return "id long"
+
+        def reader(self, schema):
+            return Reader()
+
+    def signal_once_planning():
+        _wait_until(lambda: os.path.exists(planning), "the write to plan")
+        os.kill(os.getpid(), signal.SIGTERM)
+        open(go, "w").close()
+
+    spark.dataSource.register(SlowPlanning)
+    rows = spark.read.format("leakcheck_test_slow_planning").load()
+    tracker = spark.sparkContext.statusTracker()
+    earlier = set(tracker.getJobIdsForGroup())
+    with cli._quiet_py4j(), cli._signals_unwind():
+        threading.Thread(target=signal_once_planning, daemon=True).start()
+        with pytest.raises(cli.Terminated), outputs.all_or_nothing():
+            with outputs.staged(spark, str(tmp_path / "out" / "rows")) as staging:
+                outputs.write_table(rows, staging, "parquet")  # one job: the write's
+    # Whatever ran late has ended by now; the write's job (cancelled) wrote nothing that stays.
+    _wait_until(lambda: (write := [j for j in tracker.getJobIdsForGroup() if j not in earlier])
+                and not outputs._busy(tracker, write), "the write's job to end")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["go", "planning"]
+
+
 def test_a_jvm_that_dies_mid_run_is_one_error_line_and_leaves_no_output(data):
     # Killed (the OOM killer, say) between two Spark calls of the run: LC_E_IO, not "a bug in
     # leakcheck-spark" after a Py4J connection error and the accumulator server's traceback.
