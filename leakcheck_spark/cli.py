@@ -683,12 +683,13 @@ def _unwinding() -> None:
 
 
 def _session(args: argparse.Namespace) -> SparkSession:
-    """The run's session (:func:`session.get_session`).  Building a SparkContext installs
-    PySpark's Ctrl-C handler; inside :func:`main` the CLI's own is put back."""
+    """The run's session (:func:`session.get_session`; one it builds runs its Python workers
+    quietly: no traceback from a worker whose task Spark killed).  Building a SparkContext
+    installs PySpark's Ctrl-C handler; inside :func:`main` the CLI's own is put back."""
     from leakcheck_spark.session import get_session
 
     spark = get_session(args.master, _conf_pairs(args.conf), verbose=args.verbose,
-                        remote=args.remote)
+                        remote=args.remote, quiet_workers=True)
     if signal.getsignal(signal.SIGTERM) is _on_sigterm:  # inside main, on the main thread
         signal.signal(signal.SIGINT, _on_sigint)
     # A JVM that dies in the middle of the run breaks the connection of PySpark's accumulator

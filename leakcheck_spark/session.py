@@ -51,6 +51,9 @@ _DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
 }
+# The Python daemon of the sessions the CLI builds (see _daemon.py): a worker whose task Spark
+# killed ends without printing a traceback before the run's one error line.
+DAEMON_MODULE = ("spark.python.daemon.module", "leakcheck_spark._daemon")
 
 
 def is_connect(spark: SparkSession) -> bool:
@@ -64,6 +67,7 @@ def get_session(
     app_name: str = "leakcheck-spark",
     verbose: bool = False,
     remote: str | None = None,
+    quiet_workers: bool = False,
 ) -> SparkSession:
     """Return the active SparkSession, or build one.
 
@@ -74,6 +78,10 @@ def get_session(
         app_name: the application name shown by Spark.
         verbose: keep Spark's own logging (INFO) instead of warnings only.
         remote: a Spark Connect URL (``sc://HOST:PORT``); None falls back to ``SPARK_REMOTE``.
+        quiet_workers: a session built here forks its Python workers from
+            ``leakcheck_spark._daemon`` (:data:`DAEMON_MODULE`), unless ``conf`` or spark-submit
+            names a daemon module.  The CLI's: a session running a user's other work keeps
+            PySpark's own daemon.
     """
     from pyspark.sql import SparkSession
 
@@ -95,7 +103,8 @@ def get_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    launched_by_submit = "spark.master" in _submit_conf()
+    submitted = _submit_conf()
+    launched_by_submit = "spark.master" in submitted
     chosen = master or (None if launched_by_submit else "local[*]")
     if chosen:
         builder = builder.master(chosen)
@@ -123,6 +132,8 @@ def get_session(
             builder = builder.config(key, merged)
     for key, value in _DEFAULTS.items():
         builder = builder.config(key, value)
+    if quiet_workers and DAEMON_MODULE[0] not in {**users, **submitted}:
+        builder = builder.config(*DAEMON_MODULE)
     for key, value in conf:
         if key not in _JAVA_OPTIONS:
             builder = builder.config(key, value)

@@ -296,10 +296,18 @@ def test_a_local_session_gets_two_shuffle_partitions_per_core_and_at_least_16(ma
     assert local_shuffle_partitions(master, cpus) == expected
 
 
-def test_a_users_extra_java_options_reach_the_jvm_of_a_session_it_builds(tmp_path):
+def _python(script: str, cwd: Path) -> list[str]:
+    """The lines `script` prints, run by a Python of its own (its own JVM, its own session)."""
     import subprocess
     import sys
 
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.strip().splitlines()
+
+
+def test_a_users_extra_java_options_reach_the_jvm_of_a_session_it_builds(tmp_path):
     # A collector of the user's own: with ours added as well the JVM would refuse to start.
     script = (
         "from leakcheck_spark.session import get_session\n"
@@ -311,10 +319,7 @@ def test_a_users_extra_java_options_reach_the_jvm_of_a_session_it_builds(tmp_pat
         "print(sorted(a for a in m.getRuntimeMXBean().getInputArguments() if a.startswith('-D')))\n"
         "print(s.conf.get('spark.sql.shuffle.partitions'))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    collectors, props, partitions = proc.stdout.strip().splitlines()[-3:]
+    collectors, props, partitions = _python(script, tmp_path)[-3:]
     assert partitions == "20"  # two per core of local[10]
     assert collectors == "['Copy', 'MarkSweepCompact']"
     assert "'-Dleakcheck.probe=yes'" in props and "-Dlog4j2.configurationFile=" in props
@@ -887,6 +892,69 @@ def test_an_out_dir_spark_cannot_write_is_one_line_without_a_java_trace(data):
     assert proc.returncode == 2 and error_code(proc.stderr) == "LC_E_IO", proc.stderr
     assert f"cannot write {UNWRITABLE}: IOException" in proc.stderr
     assert "Aborting task" not in proc.stderr and "java.io" not in proc.stderr.split("error [")[0]
+
+
+def test_a_worker_spark_kills_mid_stream_prints_no_python_traceback(tmp_path):
+    # The malformed last row fails the task while its Python worker is still streaming texts;
+    # Spark closes the worker's socket, and PySpark's own daemon printed a BrokenPipeError
+    # traceback for that worker, before or after the error line (in 10 runs of 10 at this size).
+    import subprocess
+    import sys
+
+    rows = 100_000
+    bad = tmp_path / "a.csv"
+    bad.write_text("id,text\n" + "".join(f"{i},text number {i}\n" for i in range(rows))
+                   + f"{rows}\n")
+    proc = subprocess.run([sys.executable, "-m", "leakcheck_spark", "fingerprint", "-d",
+                           f"x={bad}", "--text-field", "text"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and error_code(proc.stderr) == "LC_E_BAD_FORMAT", proc.stderr
+    assert f"cannot read {bad}" in proc.stderr
+    assert "BrokenPipeError" not in proc.stderr, proc.stderr
+
+
+def test_the_daemon_of_a_cli_session_forks_workers_that_report_a_udf_failure(tmp_path):
+    # Sessions the CLI builds fork their Python workers from leakcheck_spark._daemon; the
+    # library's sessions keep PySpark's, and a user's own choice of daemon is kept.  A UDF that
+    # raises still fails the query with its own message.  (The library's session comes first:
+    # the settings of a process's first session become its JVM's defaults.)
+    script = (
+        "import os, pandas as pd\n"
+        "import pyspark.sql.functions as F\n"
+        "from leakcheck_spark.session import get_session\n"
+        "KEY = 'spark.python.daemon.module'\n"
+        "s = get_session('local[1]')\n"
+        "print(s.conf.get(KEY, None))\n"
+        "s.stop()\n"
+        "s = get_session('local[1]', quiet_workers=True)\n"
+        "@F.pandas_udf('string')\n"
+        "def parent(s: pd.Series) -> pd.Series:\n"
+        "    with open(f'/proc/{os.getppid()}/cmdline', 'rb') as f:\n"
+        "        cmd = f.read().split(b'\\0')\n"
+        "    return s.map(lambda _: cmd[cmd.index(b'-m') + 1].decode())\n"
+        "@F.pandas_udf('string')\n"
+        "def boom(s: pd.Series) -> pd.Series:\n"
+        "    raise ValueError('boom in a UDF')\n"
+        "print(s.conf.get(KEY), s.range(1).select(parent('id')).first()[0])\n"
+        "try:\n"
+        "    s.range(1).select(boom('id')).collect()\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, 'boom in a UDF' in str(exc))\n"
+        "s.stop()\n"
+        "s = get_session('local[1]', conf=[(KEY, 'pyspark.daemon')], quiet_workers=True)\n"
+        "print(s.conf.get(KEY))\n"
+    )
+    assert _python(script, tmp_path)[-4:] == [
+        "None", "leakcheck_spark._daemon leakcheck_spark._daemon", "PythonException True",
+        "pyspark.daemon"]
+
+
+def test_the_daemon_imports_neither_pandas_nor_pyarrow_before_it_forks(tmp_path):
+    # Importing pyarrow before a fork can deadlock the child (SPARK-54456): the workers import
+    # them after the fork.
+    script = ("import sys, leakcheck_spark._daemon\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'pyarrow'}))")
+    assert _python(script, tmp_path) == ["[]"]
 
 
 def _mine(path: Path, *names: str) -> Path:
