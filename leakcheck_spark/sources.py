@@ -91,6 +91,8 @@ _PARSED_DDL = (
     "id_int boolean, text string, label string, label_canon string, has_label boolean, "
     "has_split boolean, _lc_err string, raw string"
 )
+# A CSV part's flag for a row that holds a U+FFFD (`replaced_utf8`).
+REPLACED_COLUMN = "_lc_fffd"
 # How a parse stage names a row's position in messages, by format.
 _UNIT = {"jsonl": "line", "txt": "line", "json": "element", "csv": "row", "parquet": "row",
          "table": "row", "hf": "row"}
@@ -765,12 +767,35 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         err = F.coalesce(err, bad_split)
     else:
         split, has_split = null_str, F.lit(False)
+    replaced = [replaced_utf8(columns, internal)] if fmt == "csv" else []
     return df.select(
         *internal, "_lc_file", "_lc_block", "_lc_line", "_lc_seq",
         split.alias("split"), ident.alias("id"), id_int.alias("id_int"), text.alias("text"),
         label.alias("label"), canon.alias("label_canon"), has_label.alias("has_label"),
-        has_split.alias("has_split"), err.alias("_lc_err"), null_str.alias("raw"),
+        has_split.alias("has_split"), err.alias("_lc_err"), null_str.alias("raw"), *replaced,
     )
+
+
+def replaced_utf8(names: list[str], internal: list[str]) -> Column:
+    """The `_lc_fffd` column of a CSV part: true for a row that holds a U+FFFD in any value
+    (every row, when a header name holds one), else null.
+
+    Spark's CSV reader decodes with Java's UTF-8 decoder, which puts a U+FFFD in place of each
+    invalid byte sequence, silently (`clean` would write the altered rows).  A U+FFFD is also a
+    character that valid UTF-8 may hold (EF BF BD), so a row with one only makes its file a
+    suspect: :func:`scan` looks at the bytes of such files (:func:`invalid_utf8`).  The test is a
+    byte search over the values the cached part holds anyway, in the pass that fills the cache,
+    so valid files cost no extra job.
+    """
+    import operator
+    from functools import reduce
+
+    import pyspark.sql.functions as F
+
+    if any("\ufffd" in name for name in names):
+        return F.lit(True).alias(REPLACED_COLUMN)
+    found = reduce(operator.or_, [F.col(c).contains("\ufffd") for c in internal])
+    return F.when(found, F.lit(True)).alias(REPLACED_COLUMN)
 
 
 def read_csv(spark: SparkSession, files: str | list[str], positions: bool = False) -> DataFrame:
@@ -997,6 +1022,8 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
                 F.lit(frame.index).alias("src"), F.lit(fmt).alias("fmt"), "_lc_file", "_lc_block",
                 "_lc_line", "_lc_seq", "_lc_err", "has_label", "has_split", "id_int",
                 F.col("text").isNotNull().alias("has_text"),
+                (F.col(REPLACED_COLUMN) if fmt == "csv" else F.lit(None).cast("boolean"))
+                .alias("fffd"),
             )
             stats = s if stats is None else stats.unionByName(s)
     good = F.col("_lc_seq").isNotNull()
@@ -1011,6 +1038,7 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         F.max(F.when(good, F.col("has_split"))).alias("has_split"),
         F.min(F.when(good, F.col("id_int"))).alias("id_int"),
         F.max("has_text").alias("has_text"),
+        F.min(F.when(F.col("fffd"), F.col("_lc_seq"))).alias("fffd_seq"),
     )
     try:
         rows = agg.collect()
@@ -1030,18 +1058,25 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         cap = opts.max_rows or None
         src_rows, line_base, prev_file = 0, 0, None
         first_error = None
+        suspects: dict[str, int] = {}  # CSV file -> the row index of its first U+FFFD
         for b in blocks:
             if b._lc_file != prev_file:
                 line_base, prev_file = 0, b._lc_file
             if b.err is not None and first_error is None:
                 err_row = src_rows + (b.err._lc_seq - b.min_seq if b.err._lc_seq is not None else 0)
                 if cap is None or err_row < cap:
-                    first_error = (b, line_base + b.err._lc_line - b.min_line + 1)
+                    first_error = (b, line_base + b.err._lc_line - b.min_line + 1, err_row)
+            if b.fffd_seq is not None and (cap is None or src_rows + b.fffd_seq - b.min_seq < cap):
+                suspects.setdefault(b._lc_file, src_rows + b.fffd_seq - b.min_seq)
             table.append([frame.index, b._lc_file, b._lc_block, b.min_seq, src_rows])
             src_rows += b.rows
             line_base += b.max_line - b.min_line + 1
+        if first_error is not None:  # a U+FFFD after the first bad row does not matter
+            suspects = {f: row for f, row in suspects.items() if row <= first_error[2]}
+        if suspects:
+            invalid_utf8(spark, list(suspects))
         if first_error is not None:
-            b, line = first_error
+            b, line, _ = first_error
             err = errors.decode_row_error(b.err._lc_err)
             file = errors.display_path(b._lc_file)
             number = line - 1 if b.fmt == "json" else line  # list elements count from 0
@@ -1075,6 +1110,50 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         dataset_base[src.name] = base + total
     return Blocks([tuple(t) for t in table], frozenset(int_ids),
                   frozenset(name for name, ok in int_ids.items() if ok))
+
+
+def invalid_utf8(spark: SparkSession, files: list[str]) -> None:
+    """Raise BAD_FORMAT naming the first line of `files` (in this order) that is not valid
+    UTF-8, if any.
+
+    One Spark job reading the files as lines of bytes (Spark's text reader does not decode
+    them), split where a CSV file may end its lines (LF, CRLF or CR, as Hadoop's line reader
+    splits by default), so the line number is the one an editor shows.  Run only for the CSV
+    files in which :func:`replaced_utf8` found a U+FFFD.
+    """
+    import pyspark.sql.functions as F
+
+    lines = read_inputs(spark).text(files).select(
+        "value", *_file_position(), F.monotonically_increasing_id().alias("_lc_seq"))
+    invalid = ~F.is_valid_utf8("value")
+    agg = lines.groupBy("_lc_file", "_lc_block").agg(
+        F.count(F.lit(1)).alias("lines"),
+        F.min("_lc_seq").alias("min_seq"),
+        F.min(F.when(invalid, F.struct("_lc_seq", F.col("value").cast("binary").alias("b"))))
+        .alias("bad"),
+    )
+    try:
+        rows = agg.collect()
+    except Exception as exc:  # noqa: BLE001 - translated or re-raised
+        raise _translate(exc) from None
+    order = {file: i for i, file in enumerate(files)}
+    line_base, prev_file = 0, None
+    for b in sorted(rows, key=lambda r: (order.get(r._lc_file, len(order)), r._lc_block)):
+        if b._lc_file != prev_file:
+            line_base, prev_file = 0, b._lc_file
+        if b.bad is not None:
+            try:
+                bytes(b.bad.b).decode("utf-8")
+                reason = "invalid bytes"  # Spark's rule, stricter than Python's (not seen)
+            except UnicodeDecodeError as exc:
+                reason = f"{exc.reason} at byte {exc.start + 1} of the line"
+            line = line_base + b.bad._lc_seq - b.min_seq + 1
+            raise LeakcheckError(
+                errors.BAD_FORMAT,
+                f"invalid UTF-8 in line {line} of {errors.display_path(b._lc_file)} ({reason})",
+                "CSV files are read as UTF-8: convert the file (e.g. iconv -f ITS-ENCODING "
+                "-t UTF-8) or fix the line")
+        line_base += b.lines
 
 
 def _check_no_file_twice(frames: list[SourceFrame], by_src: dict[int, list]) -> None:

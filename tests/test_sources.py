@@ -478,3 +478,69 @@ def test_csv_line_endings_are_found_per_file_and_keep_quoted_values(spark, tmp_p
                        spark.createDataFrame([("1", "x\r\ny"), ("2", "p\r\nq\nr")],
                                              "i string, t string"),
                        ignore_row_order=True, ignore_nullable=True)
+
+
+def test_invalid_utf8_in_a_csv_file_is_bad_format_naming_the_line(cli, tmp_path):
+    # Spark's CSV reader put U+FFFD in place of invalid bytes, silently: audit hashed altered
+    # texts and clean wrote altered rows.  A column that is not read counts (clean writes it),
+    # and so do compressed files, CR line endings and the header.
+    write_jsonl(tmp_path / "a.jsonl", [{"func": "other"}])
+    (tmp_path / "z.csv.gz").write_bytes(gzip.compress(b"id,func,x\n1,ab\xffc,p\n2,beta,q\n"))
+    files = {
+        "t.csv": (b"id,func,x\n1,alpha,p\n2,ab\xffc,q\n", "line 3", "invalid start byte at "
+                  "byte 5 of the line"),
+        "u.csv": (b'id,func,x\r1,alpha,"p\rq"\r2,beta,\xc3(\r', "line 4", "invalid continuation "
+                  "byte at byte 8 of the line"),
+        "h.csv": (b"id,func,x\xe9y\n1,alpha,p\n", "line 1", "invalid continuation byte at byte 10 "
+                  "of the line"),
+        # A genuine U+FFFD before the invalid byte (the invalid one is still found).
+        "g.csv": ("id,func,x\n1,\ufffd,p\n".encode() + b"2,beta,\xed\xa0\x80\n", "line 3",
+                  "invalid continuation byte at byte 8 of the line"),
+        "z.csv.gz": (None, "line 2", "invalid start byte at byte 5 of the line"),
+    }
+    hint = ("(hint: CSV files are read as UTF-8: convert the file (e.g. iconv -f ITS-ENCODING -t "
+            "UTF-8) or fix the line)\n")
+    for name, (data, where, reason) in files.items():
+        if data is not None:
+            (tmp_path / name).write_bytes(data)
+        src = tmp_path / name
+        want = (f"leakcheck-spark: error [LC_E_BAD_FORMAT]: invalid UTF-8 in {where} of {src} "
+                f"({reason}) {hint}")
+        for argv in (("fingerprint", "-d", f"x={src}"),
+                     ("audit", "-d", f"x={src}", "-d", f"a={tmp_path / 'a.jsonl'}"),
+                     ("clean", "--test", f"x={src}", "--against", f"a={tmp_path / 'a.jsonl'}",
+                      "--out", tmp_path / "out.csv")):
+            rc, _, err = cli(*argv, "--text-field", "func", "--quiet")
+            assert (rc, err) == (2, want), (name, argv[0])
+        assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_genuine_replacement_character_in_a_csv_file_reads_as_it_is(spark, cli, tmp_path):
+    # U+FFFD is valid UTF-8 (EF BF BD): the check for replaced bytes must not refuse it.
+    data = "id,func,x\n1,a\ufffdb,p\ufffd\n2,beta,q\n".encode()
+    (tmp_path / "g.csv").write_bytes(data)
+    write_jsonl(tmp_path / "a.jsonl", [{"func": "beta"}])
+    rc, out, err = cli("clean", "--test", f"x={tmp_path / 'g.csv'}", "--against",
+                       f"a={tmp_path / 'a.jsonl'}", "--text-field", "func", "--out",
+                       tmp_path / "out.csv", "--quiet")
+    assert rc == 0, err
+    assert (tmp_path / "out.csv").read_bytes() == "id,func,x\n1,a\ufffdb,p\ufffd\n".encode()
+    df = records(spark, [Source("x", str(tmp_path / "g.csv"), text_field="func", id_field="id")])
+    assert_df_equality(df, spark.createDataFrame(
+        [("x", "all", "x/all", "1", 0, "a\ufffdb", None, None),
+         ("x", "all", "x/all", "2", 1, "beta", None, None)], SCHEMA_STR),
+        ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_bad_csv_row_before_invalid_utf8_is_the_error_reported(cli, tmp_path):
+    # Errors are reported in read order: an empty id in row 1 comes before the bytes of row 2,
+    # and a U+FFFD past --max-rows is not read.
+    (tmp_path / "t.csv").write_bytes(b"id,func\n,alpha\n2,ab\xffc\n")
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 't.csv'}", "--text-field", "func",
+                     "--id-field", "id", "--quiet")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_MISSING_FIELD]: id field "
+                                      f"'id' is empty in row 1 of {tmp_path / 't.csv'}"), err
+    (tmp_path / "t.csv").write_bytes(b"id,func\n1,alpha\n2,ab\xffc\n")
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 't.csv'}", "--text-field", "func",
+                     "--max-rows", "1", "--quiet")
+    assert rc == 0, err
