@@ -111,16 +111,17 @@ def require_columns(df: DataFrame, stage: str, columns: Mapping[str, str | None]
                                  f"{kind.replace('|', ' or ')}, not {got}", hint)
 
 
+# What to do about a column stored as different types in two Parquet files of one source.
+TYPE_CLASH_HINT = ("give the column one type in every file of the source, or give the files as "
+                   "separate sources")
 _PATH_NOT_FOUND = re.compile(r"Path does not exist: (\S+?)\.?(?: SQLSTATE|$)", re.M)
 _READ_FILE = re.compile(r"Encountered error while reading file (\S+?)\.?\s", re.M)
 
 
 # Causes of a failed file read that are no corrupt file, and what to do about them.
 _READ_HINTS = (
-    # A Parquet file that stores a column as another type than the file the schema came from.
-    ("SchemaColumnConvertNotSupportedException", "give the column one type in every file of the "
-     "source (Spark reads them all with one file's schema), or give the files as separate "
-     "sources"),
+    # A Parquet file that stores a column as a type Spark cannot read as the source's.
+    ("SchemaColumnConvertNotSupportedException", TYPE_CLASH_HINT),
     # A CSV file whose header differs from the one the columns came from (or repeats a name).
     ("CSV header does not conform to the schema", "every CSV file of a source needs the same "
      "header: the same names, in the same order, none repeated; give a file with another header "

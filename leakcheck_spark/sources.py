@@ -44,6 +44,7 @@ from leakcheck_spark.udf import series_udf
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
+    from pyspark.sql.types import StructType
 
 RECORD_COLUMNS = ("dataset", "split", "group", "id", "row", "text", "label", "label_canon",
                   "id_num")
@@ -891,10 +892,33 @@ def line_ending(spark: SparkSession, file: str) -> str | None:
 
 
 def read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFrame:
-    """The Parquet files of `src`; BAD_FORMAT when two of their columns differ only in case,
-    which Spark cannot tell apart unless spark.sql.caseSensitive is set."""
+    """The Parquet files of `src` (files or directories) with the union of their columns,
+    whatever ``spark.sql.parquet.mergeSchema`` says: Spark's default reads every file with the
+    columns of the first one by path, so a column only other files have would be left out of
+    kept rows, and a field only they have would be "missing".
+
+    Columns are matched by name (by Spark's case rule); a file without a column reads null
+    there.  Their order: the first file's (by path), then each new one in the path order of the
+    file that first has it.  Merging reads every file's footer (one Spark job).
+
+    Raises:
+        LeakcheckError: BAD_FORMAT when two columns differ only in case (which Spark cannot tell
+            apart unless spark.sql.caseSensitive is set), or when a file stores a column as a
+            type that no earlier file's type can be read as (naming that file).
+    """
     try:
-        return read_inputs(spark).parquet(*files)
+        try:
+            return read_inputs(spark).option("mergeSchema", "true").parquet(*files)
+        except Exception as exc:  # noqa: BLE001 - handled below or re-raised
+            if "CANNOT_MERGE_SCHEMAS" not in str(exc):
+                raise
+        # Spark merges no two types (not even int and bigint, which its reader reads as one):
+        # merge here, widening numbers as the reader does, or name the file that clashes.
+        listing = read_inputs(spark).option("mergeSchema", "false").parquet(*files).inputFiles()
+        schema = _merge_into(spark, None, sorted(listing))
+        return read_inputs(spark).schema(schema).parquet(*files)
+    except LeakcheckError:
+        raise
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
         m = re.search(r"\[COLUMN_ALREADY_EXISTS\] The column `([^`]*)`", str(exc))
         if m is None:
@@ -903,6 +927,93 @@ def read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFram
             errors.BAD_FORMAT, f"the columns of {src.path} include two named {m.group(1)!r} "
             "but for case, which Spark does not tell apart by default",
             "read them as two columns with --conf spark.sql.caseSensitive=true") from None
+
+
+def _merge_into(spark: SparkSession, base: StructType | None, files: list[str]) -> StructType:
+    """The columns of `base` merged with those of the Parquet `files` (in path order), as
+    :func:`read_parquet` describes them, integer columns of several widths read as the widest
+    and float ones as double.
+
+    Spark merges each run of files whose types agree in one job; a run it refuses is halved, so
+    a source with one clash costs about 2 log2(files) jobs, not one per file.
+
+    Raises:
+        LeakcheckError: BAD_FORMAT naming the first file with a column that cannot be read as
+            the type the files before it gave it.
+    """
+    try:
+        schema = read_inputs(spark).option("mergeSchema", "true").parquet(*files).schema
+    except Exception as exc:  # noqa: BLE001 - halved below or re-raised
+        if "CANNOT_MERGE_SCHEMAS" not in str(exc) or len(files) == 1:
+            raise
+    else:
+        merged, clash = _merge_fields(spark, base, schema)
+        if clash is None:
+            return merged
+        if len(files) == 1:
+            name, was, got = clash
+            raise LeakcheckError(
+                errors.BAD_FORMAT, f"cannot read {errors.display_path(files[0])}: its column "
+                f"{name!r} is {got}, but {was} in the files of the source before it (by path)",
+                errors.TYPE_CLASH_HINT)
+    mid = len(files) // 2
+    return _merge_into(spark, _merge_into(spark, base, files[:mid]), files[mid:])
+
+
+def _merge_fields(spark: SparkSession, base: StructType | None, schema: StructType,
+                  ) -> tuple[StructType, tuple[str, str, str] | None]:
+    """`base` with the columns of `schema` merged in (new ones last), and None; or, when a
+    column's types cannot be merged, ``(name, type in base, type in schema)``."""
+    from pyspark.sql import types as T
+
+    if base is None:
+        return schema, None
+    case = spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
+    fields = {(f.name if case else f.name.lower()): f for f in base.fields}
+    for f in schema.fields:
+        key = f.name if case else f.name.lower()
+        if key not in fields:
+            fields[key] = f
+            continue
+        kind = _wider(fields[key].dataType, f.dataType)
+        if kind is None:
+            return base, (f.name, fields[key].dataType.simpleString(), f.dataType.simpleString())
+        fields[key] = T.StructField(fields[key].name, kind, True)
+    return T.StructType(list(fields.values())), None
+
+
+def _wider(a: object, b: object) -> object | None:
+    """The type both Parquet column types `a` and `b` can be read as, or None.
+
+    >>> from pyspark.sql import types as T
+    >>> _wider(T.IntegerType(), T.LongType()), _wider(T.FloatType(), T.DoubleType())
+    (LongType(), DoubleType())
+    >>> _wider(T.LongType(), T.StringType()) is None
+    True
+    """
+    from pyspark.sql import types as T
+
+    if a == b:
+        return a
+    ints = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+    for group in (ints, (T.FloatType, T.DoubleType)):
+        if isinstance(a, group) and isinstance(b, group):
+            return max(a, b, key=lambda t: [isinstance(t, g) for g in group].index(True))
+    if isinstance(a, T.StructType) and isinstance(b, T.StructType):
+        merged = {f.name: f for f in a.fields}
+        for f in b.fields:
+            kind = _wider(merged[f.name].dataType, f.dataType) if f.name in merged else f.dataType
+            if kind is None:
+                return None
+            merged[f.name] = T.StructField(f.name, kind, True)
+        return T.StructType(list(merged.values()))
+    if isinstance(a, T.ArrayType) and isinstance(b, T.ArrayType):
+        kind = _wider(a.elementType, b.elementType)
+        return None if kind is None else T.ArrayType(kind, True)
+    if isinstance(a, T.MapType) and isinstance(b, T.MapType):
+        key, value = _wider(a.keyType, b.keyType), _wider(a.valueType, b.valueType)
+        return None if key is None or value is None else T.MapType(key, value, True)
+    return None
 
 
 def _csv_header(spark: SparkSession, file: str) -> list[str] | None:
@@ -1175,7 +1286,7 @@ def _check_no_file_twice(frames: list[SourceFrame], by_src: dict[int, list]) -> 
 def _check_parquet_text_column(spark: SparkSession, src: Source, blocks: list) -> None:
     """Raise MISSING_FIELD for a parquet file of `src` that lacks the text column.
 
-    Spark reads several parquet files with the columns of one of them, and a file without the
+    A source's columns are the union of its files' (`read_parquet`), and a file without the
     text column reads as null texts (empty records), silently.  Only a file whose texts are all
     null (rare) can lack it, so only such files' own columns are looked at.
     """

@@ -476,3 +476,20 @@ def test_a_parquet_table_with_columns_differing_only_in_case(cli, tmp_path):
     assert err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: the columns of "
                           f"{tmp_path / 't.parquet'} include two named "), err
     assert "--conf spark.sql.caseSensitive=true" in err, err
+
+
+def test_a_parquet_directory_whose_parts_differ_in_columns(cli, pictures, tmp_path):
+    # Its columns are the union of its parts' (as for the text commands): the split column only
+    # the second part has was "not in" the table, read with the first part's columns.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "t.parquet").mkdir()
+    pq.write_table(pa.table({"p": [str(pictures / "train" / "orig0.png")]}),
+                   tmp_path / "t.parquet" / "part-0.parquet")
+    pq.write_table(pa.table({"p": [str(pictures / "train" / "orig1.png")], "s": ["test"]}),
+                   tmp_path / "t.parquet" / "part-1.parquet")
+    rc, out, err = cli("images", "-d", f"x={tmp_path / 't.parquet'}", "--path-field", "p",
+                       "--split-field", "s", "--quiet", "--json", "-")
+    assert rc == 0, err
+    assert sorted(json.loads(out)["groups"]) == ["x/all", "x/test"]
