@@ -891,6 +891,12 @@ def line_ending(spark: SparkSession, file: str) -> str | None:
     return None
 
 
+def case_sensitive(spark: SparkSession) -> bool:
+    """Whether Spark tells column names apart by case (``spark.sql.caseSensitive``, off by
+    default)."""
+    return spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
+
+
 def read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFrame:
     """The Parquet files of `src` (files or directories) with the union of their columns,
     whatever ``spark.sql.parquet.mergeSchema`` says: Spark's default reads every file with the
@@ -914,8 +920,11 @@ def read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFram
                 raise
         # Spark merges no two types (not even int and bigint, which its reader reads as one):
         # merge here, widening numbers as the reader does, or name the file that clashes.
-        listing = read_inputs(spark).option("mergeSchema", "false").parquet(*files).inputFiles()
-        schema = _merge_into(spark, None, sorted(listing))
+        listing = sorted(read_inputs(spark).option("mergeSchema", "false").parquet(*files)
+                         .inputFiles())
+        mid = len(listing) // 2  # all of them together just failed: start from the halves
+        schema = (_merge_into(spark, _merge_into(spark, None, listing[:mid]), listing[mid:])
+                  if mid else _merge_into(spark, None, listing))
         return read_inputs(spark).schema(schema).parquet(*files)
     except LeakcheckError:
         raise
@@ -968,7 +977,7 @@ def _merge_fields(spark: SparkSession, base: StructType | None, schema: StructTy
 
     if base is None:
         return schema, None
-    case = spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
+    case = case_sensitive(spark)
     fields = {(f.name if case else f.name.lower()): f for f in base.fields}
     for f in schema.fields:
         key = f.name if case else f.name.lower()
@@ -1042,8 +1051,7 @@ def check_csv_header(spark: SparkSession, file: str, name: str | None) -> None:
     header = _csv_header(spark, file)
     if header is None:
         return
-    # Spark compares column names without case unless spark.sql.caseSensitive is set.
-    case = spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
+    case = case_sensitive(spark)
     fold = (lambda h: h) if case else str.lower
     if name is None:  # the first name that is repeated, if any
         seen: set[str] = set()
