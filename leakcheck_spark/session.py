@@ -102,22 +102,19 @@ def get_session(
     # Executors started by this process must run this interpreter (the one with our packages).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
+    settings = {"spark.app.name": app_name}  # what the session is built with, in order
     submitted = _submit_conf()
     launched_by_submit = "spark.master" in submitted
     chosen = master or (None if launched_by_submit else "local[*]")
     if chosen:
-        builder = builder.master(chosen)
+        settings["spark.master"] = chosen
     if chosen and chosen.startswith("local"):
         # Loopback only: no hostname warnings, no listening on the network for a laptop run.
-        builder = builder.config("spark.driver.host", "127.0.0.1").config(
-            "spark.driver.bindAddress", "127.0.0.1"
-        )
+        settings["spark.driver.host"] = settings["spark.driver.bindAddress"] = "127.0.0.1"
         # Spark's 200 shuffle partitions suit a cluster; on one machine they are mostly overhead.
-        builder = builder.config("spark.sql.shuffle.partitions",
-                                 str(local_shuffle_partitions(chosen)))
+        settings["spark.sql.shuffle.partitions"] = str(local_shuffle_partitions(chosen))
         # Local mode runs every task inside the driver JVM: Spark's 1g default thrashes there.
-        builder = builder.config("spark.driver.memory", _LOCAL_DRIVER_MEMORY)
+        settings["spark.driver.memory"] = _LOCAL_DRIVER_MEMORY
     driver_opts, executor_opts = [], []
     if not launched_by_submit and not verbose and _LOG4J.exists():
         log_opt = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()}"
@@ -129,15 +126,20 @@ def get_session(
     for key, ours in zip(_JAVA_OPTIONS, (driver_opts, executor_opts)):
         merged = merge_java_options(ours, users.get(key))
         if merged:
-            builder = builder.config(key, merged)
-    for key, value in _DEFAULTS.items():
-        builder = builder.config(key, value)
+            settings[key] = merged
+    settings.update(_DEFAULTS)
     if quiet_workers and DAEMON_MODULE[0] not in {**users, **submitted}:
-        builder = builder.config(*DAEMON_MODULE)
+        settings[DAEMON_MODULE[0]] = DAEMON_MODULE[1]
     for key, value in conf:
         if key not in _JAVA_OPTIONS:
-            builder = builder.config(key, value)
+            settings.pop(key, None)  # the user's value, in the user's order
+            settings[key] = value
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     try:
+        if quiet_workers and not launched_by_submit:
+            _launch_jvm(settings)
         session = builder.getOrCreate()
         # The SQL settings are checked when the session state is first built: here, not in the
         # middle of the run.
@@ -148,6 +150,83 @@ def get_session(
         # spark-submit's JVM logs at INFO (thousands of lines); keep a job's output readable.
         session.sparkContext.setLogLevel("WARN")
     return session
+
+
+# The one line Java prints on every start of Spark 4's JVM (Spark adds the vector incubator
+# module, and Java has no switch for the warning).  Dropped from the JVM's stderr of a session
+# the CLI starts (:func:`_launch_jvm`), so a run's stderr holds only its own lines.
+_JVM_START_WARNING = b"WARNING: Using incubator modules: jdk.incubator.vector"
+# Lines of the JVM's stderr looked at for that warning (the launcher's "Picked up ..." notes
+# may come first); everything after them is passed on as it comes.
+_JVM_HEAD_LINES = 4
+
+
+def _launch_jvm(settings: dict[str, str]) -> None:
+    """Start the session's JVM (as PySpark would: spark-submit with `settings`) with its stderr
+    through a pipe that a thread copies to ours, less :data:`_JVM_START_WARNING`.
+
+    Only for a session the CLI starts: the JVM and its Python workers write their stderr (logs,
+    worker tracebacks) for the life of the process through that thread.  Nothing to do when
+    this process already has a JVM."""
+    import threading
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False)
+    for key, value in settings.items():
+        conf.set(key, value)
+    read_end, write_end = os.pipe()
+    copier = threading.Thread(target=_copy_stderr, args=(read_end,), daemon=True,
+                              name="leakcheck-jvm-stderr")
+    copier.start()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})
+    except BaseException:
+        os.close(write_end)
+        copier.join(5)  # what the JVM said before it ended comes before our error line
+        raise
+    os.close(write_end)
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _copy_stderr(fd: int, out: int = 2) -> None:
+    """Copy everything read from `fd` to `out`, except :data:`_JVM_START_WARNING` among the
+    first lines, until `fd` ends.  Reading never stops early: a JVM whose stderr pipe fills up
+    would block."""
+    head, lines = b"", 0
+    writable = True
+
+    def write(data: bytes) -> None:
+        nonlocal writable
+        while data and writable:
+            try:
+                data = data[os.write(out, data):]
+            except OSError:  # our stderr is gone (closed, a broken pipe): keep draining
+                writable = False
+
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        if lines >= _JVM_HEAD_LINES:
+            write(chunk)
+            continue
+        head += chunk
+        while lines < _JVM_HEAD_LINES and b"\n" in head:
+            line, head = head.split(b"\n", 1)
+            lines += 1
+            if line.rstrip(b"\r") == _JVM_START_WARNING:
+                lines = _JVM_HEAD_LINES
+            else:
+                write(line + b"\n")
+        if lines >= _JVM_HEAD_LINES:
+            write(head)
+            head = b""
+    write(head)
+    os.close(fd)
 
 
 def session_or_default(spark: object) -> SparkSession:
