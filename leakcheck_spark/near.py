@@ -38,7 +38,11 @@ only if no bucket it shares is enumerated in full.  Effect on recall: only pairs
 shared bucket is windowed can be missed, each with probability ~1 - 2w/n; every key of a windowed
 bucket is still verified against ~2w others of it, so a record of such a cluster still matches
 (the matrices' "matches at least one record of B" counts hold) unless B holds fewer than ~n/2w
-members of the cluster.  Measured by ``benchmarks/near_skew.py``.
+members of the cluster.  Measured by ``benchmarks/near_skew.py``.  A bucket of more than `part`
+keys (65,536) is dealt into parts of at most about that many by a hash of key and bucket
+(:func:`bucket_parts`), each verified in a task of its own with the whole bucket's window: no
+task holds the sets of more than ~65,536 keys, however large the bucket (its keys then meet
+neighbours from their own part, as many as before).
 
 :func:`near_edges` chains them into (key, other, match, similarity) edges, both directions, which
 :mod:`leakcheck_spark.match` consumes exactly like its exact self-edges.
@@ -60,6 +64,10 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 from leakcheck_spark.options import Options
 
 FULL_BUCKET = 4000
+# Keys of a windowed bucket verified in one task at most (their sets are held in one Python
+# worker, ~5 KB a key of real code at the peak): a larger bucket is dealt into parts of this size
+# at most, by a hash of key and bucket (:func:`bucket_parts`).
+BUCKET_PART = 1 << 16
 _WINDOW_PAIRS = 1 << 21
 _MIN_WINDOW = 16
 # A pair exactly at the threshold becomes a candidate with at least this probability; the layout
@@ -431,18 +439,23 @@ def _bucket_starts(band: np.ndarray, h: np.ndarray) -> np.ndarray:
     return np.flatnonzero(new)
 
 
-def bucket_partners(rb: pa.RecordBatch, full_bucket: int) -> tuple[np.ndarray, np.ndarray]:
-    """For rows sorted by bucket (`band`, `h`): the bucket sizes, and per row how many of the
-    rows after it in its bucket it is paired with (all of them in a full bucket, its window in a
-    larger one)."""
+def bucket_partners(rb: pa.RecordBatch, full_bucket: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For rows sorted by bucket (`band`, `h`): the bucket sizes, per row how many of the rows
+    after it in its bucket it is paired with (all of them in a full bucket, its window in a
+    larger one), and per row whether its bucket is full.  A row's `n`, where the rows have one,
+    is the size of the whole bucket its rows are a part of (:func:`bucket_parts`): the window
+    is the whole bucket's."""
     n = rb.num_rows
     band = rb.column("band").to_numpy()
     h = rb.column("h").to_numpy()
     starts = _bucket_starts(band, h)
     sizes = np.diff(np.append(starts, n))
+    whole = rb.column("n").to_numpy()[starts] if "n" in rb.schema.names else sizes
     local = np.arange(n) - np.repeat(starts, sizes)
     return sizes, np.minimum(np.repeat(sizes, sizes) - 1 - local,
-                             np.repeat(window(sizes, full_bucket), sizes))
+                             np.repeat(window(whole, full_bucket), sizes)), np.repeat(
+        whole <= full_bucket, sizes)
 
 
 def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
@@ -452,8 +465,7 @@ def verify_block(rb: pa.RecordBatch, threshold: float, full_bucket: int
 
     n = rb.num_rows
     band = rb.column("band").to_numpy()
-    sizes, partners = bucket_partners(rb, full_bucket)
-    full = np.repeat(sizes <= full_bucket, sizes)
+    sizes, partners, full = bucket_partners(rb, full_bucket)
     nb = len(rb.column("bands")[0]) if n else 0
     sig = rb.column("bands").flatten().to_numpy().reshape(n, nb)
     windowed = np.zeros((n, nb), dtype=bool)
@@ -528,14 +540,35 @@ def _whole_buckets(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
         yield joined(held)
 
 
-def verify(members: DataFrame, threshold: float, full_bucket: int = FULL_BUCKET) -> DataFrame:
-    """(key, other, similarity): the pairs of keys in a common bucket whose exact Jaccard is >=
-    threshold, each pair once.  `members` is (band, h, key, shingles, bands, windowed), a row
-    per key per bucket."""
+def bucket_parts(members: DataFrame, part: int = BUCKET_PART) -> DataFrame:
+    """`members` (band, h, n, key, ...: a row per key of an n-key bucket) with the `h` of a
+    bucket of more than `part` keys replaced by that of one of its ceil(n / part) parts, chosen
+    by a hash of key and bucket: the parts are verified apart, each in one task.
+
+    Only windowed buckets (`part` is at least the full bucket's size) are split, and their keys
+    are paired with pseudo-random neighbours anyway: in a part, with as many of them as in the
+    whole bucket (the window follows `n`).  Two keys of one bucket then meet only if they fall in
+    one part; a key still meets as many others."""
     import pyspark.sql.functions as F
 
+    n = F.col("n")
+    parts = F.ceil(n / F.lit(part))
+    return members.withColumn("h", F.when(n > part, F.xxhash64(
+        "h", F.pmod(F.xxhash64("h", "key"), parts))).otherwise(F.col("h")))
+
+
+def verify(members: DataFrame, threshold: float, full_bucket: int = FULL_BUCKET,
+           part: int = BUCKET_PART) -> DataFrame:
+    """(key, other, similarity): the pairs of keys in a common bucket whose exact Jaccard is >=
+    threshold, each pair once.  `members` is (band, h, n, key, shingles, bands, windowed), a row
+    per key per bucket of n keys; a bucket of more than `part` keys is verified in parts
+    (:func:`bucket_parts`)."""
+    import pyspark.sql.functions as F
+
+    if part < full_bucket:
+        raise ValueError(f"part ({part}) must be at least full_bucket ({full_bucket})")
     require_columns(members, "near.verify",
-                    {"band": None, "h": None, "key": "binary", "shingles": "binary",
+                    {"band": None, "h": None, "n": None, "key": "binary", "shingles": "binary",
                      "bands": "array<bigint>", "windowed": "array<int>"},
                     "bucket members (near.member_sets)")
 
@@ -545,14 +578,15 @@ def verify(members: DataFrame, threshold: float, full_bucket: int = FULL_BUCKET)
 
     # One bucket per task, in a pseudo-random order of its own (a windowed bucket pairs
     # neighbours in it), ties broken by key so that the order never depends on partitioning.
-    return (members.repartition("band", "h")
+    return (bucket_parts(members, part).repartition("band", "h")
             .sortWithinPartitions("band", "h", F.xxhash64("key", "h"), "key")
-            .select("band", "h", "key", "shingles", "bands", "windowed")
+            .select("band", "h", "n", "key", "shingles", "bands", "windowed")
             .mapInArrow(run, "key binary, other binary, similarity double"))
 
 
 def near_edges(records: DataFrame, opts: Options, full_bucket: int = FULL_BUCKET,
-               sides: Column | None = None) -> tuple[DataFrame, list[DataFrame]]:
+               sides: Column | None = None, part: int = BUCKET_PART
+               ) -> tuple[DataFrame, list[DataFrame]]:
     """(key, other, match="near", similarity) verified near edges, in both directions, and the
     cached frame they are read from (the caller unpersists it when done).
 
@@ -569,9 +603,10 @@ def near_edges(records: DataFrame, opts: Options, full_bucket: int = FULL_BUCKET
     reps = representatives(records, sides).persist(level)
     bucketed = buckets(sign(reps, opts)).persist(level)
     sets = member_sets(reps, bucketed, opts, full_bucket)
-    members = (distinct_buckets(bucketed).select("band", "h", F.explode("ids").alias("id"))
+    members = (distinct_buckets(bucketed)
+               .select("band", "h", F.size("ids").alias("n"), F.explode("ids").alias("id"))
                .join(sets, "id"))
-    found = verify(members, opts.threshold, full_bucket).persist(level)
+    found = verify(members, opts.threshold, full_bucket, part).persist(level)
     found.count()
     for df in (reps, bucketed):
         df.unpersist()

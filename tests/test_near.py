@@ -104,6 +104,31 @@ def test_a_large_bucket_is_bounded_but_still_matched(spark, tmp_path):
     assert pairs < (300 * 299 // 2) // 5    # ... far from all 44,850 pairs
 
 
+def test_a_bucket_larger_than_a_part_is_verified_in_parts(spark, tmp_path):
+    # The 300 keys of a boilerplate cluster share most band buckets; with parts of 40 keys, no
+    # task verifies more than a part of a bucket, and every key still finds near copies.
+    base = " ".join(f"t{i}" for i in range(100))
+    texts = [base + f" v{i}" for i in range(300)]
+    write_jsonl(tmp_path / "a.jsonl", [{"t": t} for t in texts])
+    df = spark.read.json(str(tmp_path / "a.jsonl")).selectExpr(
+        "'a' as dataset", "0L as row", "t as text").transform(with_keys)
+    edges = near_edges(df, Options(near=True), full_bucket=10, part=40)[0].collect()
+    assert len({e.key for e in edges}) == 300
+    assert all(e.similarity == pytest.approx(96 / 98) for e in edges)
+    one_way = [(e.key, e.other) for e in edges if e.key < e.other]
+    assert len(one_way) == len(set(one_way)) == len(edges) // 2          # each pair once
+    # The parts: a bucket of 300 keys in ceil(300 / 40) = 8 of about 40, smaller ones whole.
+    members = spark.createDataFrame(
+        [(b, h, n, f"k{i}".encode()) for b, h, n in ((0, 7, 300), (1, 7, 40), (0, 9, 2))
+         for i in range(n)], "band int, h long, n long, key binary")
+    sizes = {(r.band, r.h): r["count"] for r in
+             near.bucket_parts(members, 40).groupBy("band", "h").count().collect()}
+    assert sizes.pop((1, 7)) == 40 and sizes.pop((0, 9)) == 2
+    assert len(sizes) == 8 and sum(sizes.values()) == 300 and max(sizes.values()) <= 80
+    with pytest.raises(ValueError, match="at least full_bucket"):
+        near.verify(members, 0.8, full_bucket=50, part=40)
+
+
 def test_every_pair_sharing_a_full_bucket_is_verified_once(spark, tmp_path):
     # Three clusters of near-identical texts, of 40, 12 and 5 keys, plus strays.  With buckets of
     # up to 10 keys enumerated in full, the big cluster's buckets are windowed, the others not.
