@@ -88,14 +88,18 @@ def test_near_report_is_the_same_on_any_partitioning(spark, planted):
     assert one == eight and one[1]
 
 
-def test_a_large_bucket_is_bounded_but_still_matched(spark, tmp_path):
-    # 300 near-identical boilerplate texts (one token differs) share almost every band bucket.
+def boilerplate(spark, tmp_path):
+    """Records of 300 near-identical boilerplate texts (one token differs): they share almost
+    every band bucket, every pair at Jaccard 96 / 98."""
     base = " ".join(f"t{i}" for i in range(100))
-    texts = [base + f" v{i}" for i in range(300)]
-    write_jsonl(tmp_path / "a.jsonl", [{"t": t} for t in texts])
-    df = spark.read.json(str(tmp_path / "a.jsonl")).selectExpr(
+    write_jsonl(tmp_path / "a.jsonl", [{"t": base + f" v{i}"} for i in range(300)])
+    return spark.read.json(str(tmp_path / "a.jsonl")).selectExpr(
         "'a' as dataset", "0L as row", "t as text").transform(with_keys)
-    edges = near_edges(df, Options(near=True), full_bucket=10)[0].collect()
+
+
+def test_a_large_bucket_is_bounded_but_still_matched(spark, tmp_path):
+    edges = near_edges(boilerplate(spark, tmp_path), Options(near=True),
+                       full_bucket=10)[0].collect()
     keys = {e.key for e in edges}
     assert len(keys) == 300                                       # everyone has a match
     assert all(e.similarity == pytest.approx(96 / 98) for e in edges)     # 96 shared of 98
@@ -105,14 +109,10 @@ def test_a_large_bucket_is_bounded_but_still_matched(spark, tmp_path):
 
 
 def test_a_bucket_larger_than_a_part_is_verified_in_parts(spark, tmp_path):
-    # The 300 keys of a boilerplate cluster share most band buckets; with parts of 40 keys, no
-    # task verifies more than a part of a bucket, and every key still finds near copies.
-    base = " ".join(f"t{i}" for i in range(100))
-    texts = [base + f" v{i}" for i in range(300)]
-    write_jsonl(tmp_path / "a.jsonl", [{"t": t} for t in texts])
-    df = spark.read.json(str(tmp_path / "a.jsonl")).selectExpr(
-        "'a' as dataset", "0L as row", "t as text").transform(with_keys)
-    edges = near_edges(df, Options(near=True), full_bucket=10, part=40)[0].collect()
+    # With parts of 40 keys no task verifies more than a part of a bucket of the cluster, and
+    # every key still finds near copies.
+    edges = near_edges(boilerplate(spark, tmp_path), Options(near=True), full_bucket=10,
+                       part=40)[0].collect()
     assert len({e.key for e in edges}) == 300
     assert all(e.similarity == pytest.approx(96 / 98) for e in edges)
     one_way = [(e.key, e.other) for e in edges if e.key < e.other]
