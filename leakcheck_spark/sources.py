@@ -1305,6 +1305,23 @@ def invalid_utf8(spark: SparkSession, files: list[str], rows: dict[str, int] | N
             "-t UTF-8) or fix the line")
 
 
+def check_csv_utf8(spark: SparkSession, df: DataFrame) -> None:
+    """Raise BAD_FORMAT naming the first line that is not valid UTF-8 in the CSV files `df` is
+    read from (by :func:`read_csv`, without positions), if any: the check of the sources'
+    `scan`, for a reader that has no scan of its own (`images`).
+
+    One Spark job that stops at the first row holding a U+FFFD (:func:`replaced_utf8`); only
+    then are the files read as bytes (:func:`invalid_utf8`, in path order).
+    """
+    import pyspark.sql.functions as F
+
+    internal = [original_column(i) for i in range(len(df.columns))]
+    suspect = (df.toDF(*internal).select(replaced_utf8(df.columns, internal))
+               .where(F.col(REPLACED_COLUMN)).take(1))
+    if suspect:
+        invalid_utf8(spark, sorted(df.inputFiles()))
+
+
 def _first_invalid_row(spark: SparkSession, file: str) -> int | None:
     """The index of the first row of CSV `file` (0 the one after the header, -1 the header)
     whose bytes are not valid UTF-8, or None.
