@@ -45,6 +45,7 @@ from leakcheck_spark.sources import (
     BAD_SPLIT_HINT,
     TABLE_PREFIX,
     check_csv_header,
+    check_csv_utf8,
     invalid_split,
     read_csv,
     read_inputs,
@@ -452,6 +453,7 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
         reader = read_inputs(spark)
         if fmt == "csv":
             df = read_csv(spark, spark_uri(src.path))
+            check_csv_utf8(spark, df)  # the CSV reader put U+FFFD for invalid bytes, silently
         elif fmt == "json":
             df = reader.option("multiLine", low.endswith(".json")).json(spark_uri(src.path))
         else:

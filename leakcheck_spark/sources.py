@@ -817,9 +817,7 @@ def read_csv(spark: SparkSession, files: str | list[str], positions: bool = Fals
     only before the parts are put together.
     """
     files = [files] if isinstance(files, str) else files
-    by_ending: dict[str | None, list[str]] = {}
-    for file in files:
-        by_ending.setdefault(line_ending(spark, file), []).append(file)
+    by_ending = _by_line_ending(spark, files)
     reader = read_inputs(spark).options(header=True, multiLine=True, encoding="UTF-8",
                                         enforceSchema=False, mode="FAILFAST", **CSV_DIALECT)
 
@@ -856,6 +854,15 @@ def _file_position() -> list:
 
     return [F.col("_metadata.file_path").alias("_lc_file"),
             F.col("_metadata.file_block_start").alias("_lc_block")]
+
+
+def _by_line_ending(spark: SparkSession, files: list[str]) -> dict[str | None, list[str]]:
+    """`files` grouped by their `line_ending` (in the order each ending first appears), each
+    group in the order given: the parts a CSV read uses one Spark lineSep for."""
+    by_ending: dict[str | None, list[str]] = {}
+    for file in files:
+        by_ending.setdefault(line_ending(spark, file), []).append(file)
+    return by_ending
 
 
 def line_ending(spark: SparkSession, file: str) -> str | None:
@@ -1178,9 +1185,11 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         src_rows, line_base, prev_file = 0, 0, None
         first_error = None
         suspects: dict[str, int] = {}  # CSV file -> the row index of its first U+FFFD
+        spans: dict[str, list[int]] = {}  # file -> [row index of its first row, of the next]
         for b in blocks:
             if b._lc_file != prev_file:
                 line_base, prev_file = 0, b._lc_file
+                spans[b._lc_file] = [src_rows, src_rows]
             if b.err is not None and first_error is None:
                 err_row = src_rows + (b.err._lc_seq - b.min_seq if b.err._lc_seq is not None else 0)
                 if cap is None or err_row < cap:
@@ -1189,11 +1198,17 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
                 suspects.setdefault(b._lc_file, src_rows + b.fffd_seq - b.min_seq)
             table.append([frame.index, b._lc_file, b._lc_block, b.min_seq, src_rows])
             src_rows += b.rows
+            spans[b._lc_file][1] = src_rows
             line_base += b.max_line - b.min_line + 1
         if first_error is not None:  # a U+FFFD after the first bad row does not matter
             suspects = {f: row for f, row in suspects.items() if row <= first_error[2]}
         if suspects:
-            invalid_utf8(spark, list(suspects))
+            # Invalid bytes count up to the first bad row (bytes in that row first: its values
+            # are not what the file says) and up to --max-rows: a genuine U+FFFD before either
+            # does not make later bytes an error.
+            ends = ([first_error[2] + 1] if first_error else []) + ([cap] if cap else [])
+            invalid_utf8(spark, list(suspects), {
+                f: min(ends) - spans[f][0] for f in suspects if ends and min(ends) < spans[f][1]})
         if first_error is not None:
             b, line, _ = first_error
             err = errors.decode_row_error(b.err._lc_err)
@@ -1231,19 +1246,27 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
                   frozenset(name for name, ok in int_ids.items() if ok))
 
 
-def invalid_utf8(spark: SparkSession, files: list[str]) -> None:
+def invalid_utf8(spark: SparkSession, files: list[str], rows: dict[str, int] | None = None,
+                 ) -> None:
     """Raise BAD_FORMAT naming the first line of `files` (in this order) that is not valid
-    UTF-8, if any.
+    UTF-8, if any; in a file that `rows` gives a count for, only a line of its header or of its
+    first that many rows counts.
 
     One Spark job reading the files as lines of bytes (Spark's text reader does not decode
-    them), split where a CSV file may end its lines (LF, CRLF or CR, as Hadoop's line reader
-    splits by default), so the line number is the one an editor shows.  Run only for the CSV
-    files in which :func:`replaced_utf8` found a U+FFFD.
+    them), each split where the CSV read splits its rows (`line_ending`: a lone CR in an LF
+    file is no line break), so the line number is the one of that read.  Run only for the CSV
+    files in which :func:`replaced_utf8` found a U+FFFD; a file with a row count and invalid
+    bytes costs one more job (:func:`_first_invalid_row`).
     """
     import pyspark.sql.functions as F
 
-    lines = read_inputs(spark).text(files).select(
-        "value", *_file_position(), F.monotonically_increasing_id().alias("_lc_seq"))
+    lines = None
+    for ending, part in _by_line_ending(spark, files).items():
+        reader = read_inputs(spark) if ending is None else (
+            read_inputs(spark).option("lineSep", ending))
+        df = reader.text(part).select("value", *_file_position(),
+                                      F.monotonically_increasing_id().alias("_lc_seq"))
+        lines = df if lines is None else lines.unionAll(df)
     invalid = ~F.is_valid_utf8("value")
     agg = lines.groupBy("_lc_file", "_lc_block").agg(
         F.count(F.lit(1)).alias("lines"),
@@ -1252,27 +1275,79 @@ def invalid_utf8(spark: SparkSession, files: list[str]) -> None:
         .alias("bad"),
     )
     try:
-        rows = agg.collect()
+        blocks = agg.collect()
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
         raise _translate(exc) from None
-    order = {file: i for i, file in enumerate(files)}
+    first: dict[str, tuple[int, str]] = {}  # file -> its first invalid line, and why
     line_base, prev_file = 0, None
-    for b in sorted(rows, key=lambda r: (order.get(r._lc_file, len(order)), r._lc_block)):
+    for b in sorted(blocks, key=lambda r: (r._lc_file, r._lc_block)):
         if b._lc_file != prev_file:
             line_base, prev_file = 0, b._lc_file
-        if b.bad is not None:
+        if b.bad is not None and b._lc_file not in first:
             try:
                 bytes(b.bad.b).decode("utf-8")
                 reason = "invalid bytes"  # Spark's rule, stricter than Python's (not seen)
             except UnicodeDecodeError as exc:
                 reason = f"{exc.reason} at byte {exc.start + 1} of the line"
-            line = line_base + b.bad._lc_seq - b.min_seq + 1
-            raise LeakcheckError(
-                errors.BAD_FORMAT,
-                f"invalid UTF-8 in line {line} of {errors.display_path(b._lc_file)} ({reason})",
-                "CSV files are read as UTF-8: convert the file (e.g. iconv -f ITS-ENCODING "
-                "-t UTF-8) or fix the line")
+            first[b._lc_file] = (line_base + b.bad._lc_seq - b.min_seq + 1, reason)
         line_base += b.lines
+    order = {file: i for i, file in enumerate(files)}  # Spark may spell a path otherwise
+    for file in sorted(first, key=lambda f: (order.get(f, len(order)), f)):
+        if rows and file in rows:
+            row = _first_invalid_row(spark, file)
+            if row is not None and row >= rows[file]:
+                continue
+        line, reason = first[file]
+        raise LeakcheckError(
+            errors.BAD_FORMAT,
+            f"invalid UTF-8 in line {line} of {errors.display_path(file)} ({reason})",
+            "CSV files are read as UTF-8: convert the file (e.g. iconv -f ITS-ENCODING "
+            "-t UTF-8) or fix the line")
+
+
+def check_csv_utf8(spark: SparkSession, df: DataFrame) -> None:
+    """Raise BAD_FORMAT naming the first line that is not valid UTF-8 in the CSV files `df` is
+    read from (by :func:`read_csv`, without positions), if any: the check of the sources'
+    `scan`, for a reader that has no scan of its own (`images`).
+
+    One Spark job that stops at the first row holding a U+FFFD (:func:`replaced_utf8`); only
+    then are the files read as bytes (:func:`invalid_utf8`, in path order).
+    """
+    import pyspark.sql.functions as F
+
+    internal = [original_column(i) for i in range(len(df.columns))]
+    suspect = (df.toDF(*internal).select(replaced_utf8(df.columns, internal))
+               .where(F.col(REPLACED_COLUMN)).take(1))
+    if suspect:
+        invalid_utf8(spark, sorted(df.inputFiles()))
+
+
+def _first_invalid_row(spark: SparkSession, file: str) -> int | None:
+    """The index of the first row of CSV `file` (0 the one after the header, -1 the header)
+    whose bytes are not valid UTF-8, or None.
+
+    The file is parsed as `read_csv` parses it, but decoded as ISO-8859-1: each byte is one
+    character, so the rows are split where the UTF-8 read splits them (the CSV syntax is all
+    ASCII, which no multi-byte UTF-8 sequence holds), and encoding a row's values back gives
+    their bytes.  Joined by a comma, they are valid UTF-8 just when the row's bytes are: the
+    quotes the parse takes out sit between a value's bytes and the next delimiter, or leave one
+    of a doubled pair, so no two bytes the file keeps apart come together.
+    """
+    import pyspark.sql.functions as F
+
+    ending = line_ending(spark, file)
+    reader = read_inputs(spark).options(header=False, multiLine=True, encoding="ISO-8859-1",
+                                        **CSV_DIALECT)
+    df = (reader if ending is None else reader.option("lineSep", ending)).csv(file)
+    raw = F.encode(F.concat_ws(",", *[F.col(f"`{c}`") for c in df.columns]), "ISO-8859-1")
+    seq = F.monotonically_increasing_id()  # the file is one partition (multiLine)
+    numbered = df.select(seq.alias("seq"), F.is_valid_utf8(raw.cast("string")).alias("ok"))
+    try:
+        r = numbered.agg(F.min("seq").alias("first"),
+                         F.min(F.when(~F.col("ok"), F.col("seq"))).alias("bad")).collect()[0]
+    except Exception as exc:  # noqa: BLE001 - translated or re-raised
+        raise _translate(exc) from None
+    return None if r.bad is None else r.bad - r.first - 1
 
 
 def _check_no_file_twice(frames: list[SourceFrame], by_src: dict[int, list]) -> None:

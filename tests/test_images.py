@@ -420,6 +420,26 @@ def test_a_csv_table_is_read_as_text_sources_are(cli, pictures, tmp_path):
     assert "b.csv" in err
 
 
+def test_invalid_utf8_in_a_csv_table_is_bad_format_naming_the_line(cli, pictures, tmp_path):
+    # As for a CSV source: the reader put U+FFFD in place of the byte, silently (a path that
+    # names no file, an unreadable image; or an altered id).  A genuine U+FFFD is an id.
+    image = pictures / "train" / "orig0.png"
+    (tmp_path / "a.csv").write_bytes(f"name,img\n\ufffd,{image}\n".encode())
+    rc, out, err = cli("images", "-d", f"t:test={tmp_path / 'a.csv'}", "--path-field", "img",
+                       "--id-field", "name", "--json", "-", "--quiet")
+    assert rc == 0, err
+    assert (json.loads(out)["total_images"], json.loads(out)["unreadable"]["count"]) == (1, 0)
+    (tmp_path / "a.csv").write_bytes(f"name,img\n\ufffd,{image}\nb,".encode()
+                                     + str(image.parent).encode() + b"/x\xe9.png\n")
+    rc, _, err = cli("images", "-d", f"t:test={tmp_path / 'a.csv'}", "--path-field", "img",
+                     "--id-field", "name", "--quiet")
+    assert (rc, err) == (2, "leakcheck-spark: error [LC_E_BAD_FORMAT]: invalid UTF-8 in line 3 "
+                         f"of {tmp_path / 'a.csv'} (invalid continuation byte at byte "
+                         f"{len(str(image.parent)) + 5} of the line) (hint: CSV files are read "
+                         "as UTF-8: convert the file (e.g. iconv -f ITS-ENCODING -t UTF-8) or "
+                         "fix the line)\n"), err
+
+
 def test_a_zero_byte_image_is_counted_and_listed_as_unreadable(spark, pictures, tmp_path):
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "a.png").write_bytes((pictures / "train" / "orig0.png").read_bytes())

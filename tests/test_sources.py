@@ -567,6 +567,40 @@ def test_invalid_utf8_in_a_csv_file_is_bad_format_naming_the_line(cli, tmp_path)
         assert not (tmp_path / "out.csv").exists()
 
 
+def test_invalid_utf8_after_a_genuine_one_keeps_read_order_and_max_rows(cli, tmp_path):
+    # A genuine U+FFFD in row 1 makes the file a suspect; the invalid byte comes later.  The
+    # first problem in the file wins either way, and bytes past --max-rows are not read.
+    def run(data: bytes, *flags: str) -> tuple[int, str]:
+        (tmp_path / "t.csv").write_bytes("id,func\n1,\ufffd\n".encode() + data)
+        rc, _, err = cli("audit", "-d", f"x={tmp_path / 't.csv'}", "--text-field", "func",
+                         "--id-field", "id", *flags, "--quiet")
+        return rc, err
+
+    rc, err = run(b",beta\n3,ab\xffc\n")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_MISSING_FIELD]: id field "
+                                      f"'id' is empty in row 2 of {tmp_path / 't.csv'}"), err
+    # Before the bad row (a quoted line break in row 2: the bytes are in row 3, line 5).
+    rc, err = run(b'2,"x\ny"\n3,ab\xffc\n,beta\n')
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: invalid UTF-8 "
+                                      f"in line 5 of {tmp_path / 't.csv'}"), err
+    rc, err = run(b'2,"x\ny"\n3,ab\xffc\n', "--max-rows", "2")
+    assert rc == 0, err
+    rc, err = run(b'2,"x\ny"\n3,ab\xffc\n', "--max-rows", "3")
+    assert rc == 2 and "invalid UTF-8 in line 5 of" in err, err
+
+
+def test_invalid_utf8_lines_are_counted_as_the_csv_read_splits_them(cli, tmp_path):
+    # A lone CR in an LF file, and a lone LF in a CRLF file, are no line breaks to the CSV read.
+    write_jsonl(tmp_path / "a.jsonl", [{"func": "other"}])
+    for name, data in (("lf.csv", b'id,func\n1,"a\rb\rc"\n2,ab\xffc\n'),
+                       ("crlf.csv", b'id,func\r\n1,"a\nb\nc"\r\n2,ab\xffc\r\n')):
+        (tmp_path / name).write_bytes(data)
+        rc, _, err = cli("audit", "-d", f"x={tmp_path / name}", "-d", f"a={tmp_path / 'a.jsonl'}",
+                         "--text-field", "func", "--quiet")
+        assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: invalid "
+                                          f"UTF-8 in line 3 of {tmp_path / name}"), (name, err)
+
+
 def test_a_genuine_replacement_character_in_a_csv_file_reads_as_it_is(spark, cli, tmp_path):
     # U+FFFD is valid UTF-8 (EF BF BD): the check for replaced bytes must not refuse it.
     data = "id,func,x\n1,a\ufffdb,p\ufffd\n2,beta,q\n".encode()
