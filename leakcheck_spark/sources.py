@@ -947,8 +947,8 @@ def read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFram
 
 def _merge_into(spark: SparkSession, base: StructType | None, files: list[str]) -> StructType:
     """The columns of `base` merged with those of the Parquet `files` (in path order), as
-    :func:`read_parquet` describes them, integer columns of several widths read as the widest
-    and float ones as double.
+    :func:`read_parquet` describes them, columns of several types read as one that holds them
+    all (:func:`_wider`: the widest integer, double, a decimal with room for both).
 
     Spark merges each run of files whose types agree in one job; a run it refuses is halved, so
     a source with one clash costs about 2 log2(files) jobs, not one per file.
@@ -991,19 +991,29 @@ def _merge_fields(spark: SparkSession, base: StructType | None, schema: StructTy
         if key not in fields:
             fields[key] = f
             continue
-        kind = _wider(fields[key].dataType, f.dataType)
+        kind = _wider(fields[key].dataType, f.dataType, case)
         if kind is None:
             return base, (f.name, fields[key].dataType.simpleString(), f.dataType.simpleString())
         fields[key] = T.StructField(fields[key].name, kind, True)
     return T.StructType(list(fields.values())), None
 
 
-def _wider(a: object, b: object) -> object | None:
+def _wider(a: object, b: object, case: bool = True) -> object | None:
     """The type both Parquet column types `a` and `b` can be read as, or None.
+
+    Integers read as the widest, float as double, decimals as one with the most digits before
+    the point and the most after it (Spark's reader reads a decimal, whether stored as int32,
+    int64 or bytes, as any decimal that keeps both; none holds more than 38 digits).  The
+    fields of a struct are matched by name, by case only if `case` (Spark's reader matches
+    nested names by its case rule, as top-level ones).  TIMESTAMP and TIMESTAMP_NTZ are not
+    merged: Spark reads a file's stored value as either, but as its UTC wall clock, not in the
+    session time zone as a cast does, so one file's values would shift.
 
     >>> from pyspark.sql import types as T
     >>> _wider(T.IntegerType(), T.LongType()), _wider(T.FloatType(), T.DoubleType())
     (LongType(), DoubleType())
+    >>> _wider(T.DecimalType(10, 2), T.DecimalType(12, 6))
+    DecimalType(14,6)
     >>> _wider(T.LongType(), T.StringType()) is None
     True
     """
@@ -1015,21 +1025,29 @@ def _wider(a: object, b: object) -> object | None:
     for group in (ints, (T.FloatType, T.DoubleType)):
         if isinstance(a, group) and isinstance(b, group):
             return max(a, b, key=lambda t: [isinstance(t, g) for g in group].index(True))
+    if isinstance(a, T.DecimalType) and isinstance(b, T.DecimalType):
+        scale = max(a.scale, b.scale)
+        digits = max(a.precision - a.scale, b.precision - b.scale) + scale
+        return T.DecimalType(digits, scale) if digits <= _DECIMAL_DIGITS else None
     if isinstance(a, T.StructType) and isinstance(b, T.StructType):
-        merged = {f.name: f for f in a.fields}
+        merged = {(f.name if case else f.name.lower()): f for f in a.fields}
         for f in b.fields:
-            kind = _wider(merged[f.name].dataType, f.dataType) if f.name in merged else f.dataType
+            key = f.name if case else f.name.lower()
+            kind = _wider(merged[key].dataType, f.dataType, case) if key in merged else f.dataType
             if kind is None:
                 return None
-            merged[f.name] = T.StructField(f.name, kind, True)
+            merged[key] = T.StructField(merged[key].name if key in merged else f.name, kind, True)
         return T.StructType(list(merged.values()))
     if isinstance(a, T.ArrayType) and isinstance(b, T.ArrayType):
-        kind = _wider(a.elementType, b.elementType)
+        kind = _wider(a.elementType, b.elementType, case)
         return None if kind is None else T.ArrayType(kind, True)
     if isinstance(a, T.MapType) and isinstance(b, T.MapType):
-        key, value = _wider(a.keyType, b.keyType), _wider(a.valueType, b.valueType)
+        key, value = _wider(a.keyType, b.keyType, case), _wider(a.valueType, b.valueType, case)
         return None if key is None or value is None else T.MapType(key, value, True)
     return None
+
+
+_DECIMAL_DIGITS = 38  # the most digits a Spark decimal holds
 
 
 def _csv_header(spark: SparkSession, file: str) -> list[str] | None:

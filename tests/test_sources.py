@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bz2
+import decimal
 import gzip
 import json
 
@@ -13,6 +14,7 @@ from chispa import assert_df_equality
 from conftest import spark_conf, write_jsonl
 
 from leakcheck_spark import LeakcheckError, Options, Source
+from leakcheck_spark.errors import TYPE_CLASH_HINT
 from leakcheck_spark.sources import file_format, line_ending, read_csv, read_records
 
 COLS = ["dataset", "split", "group", "id", "row", "text", "label", "label_canon"]
@@ -630,3 +632,95 @@ def test_a_bad_csv_row_before_invalid_utf8_is_the_error_reported(cli, tmp_path):
     rc, _, err = cli("audit", "-d", f"x={tmp_path / 't.csv'}", "--text-field", "func",
                      "--max-rows", "1", "--quiet")
     assert rc == 0, err
+
+
+def _write_decimal_files(d) -> None:
+    # a stores its decimals as int64 / int32, b as fixed-length bytes (pyarrow's default).
+    d.mkdir()
+    dec = decimal.Decimal
+    pq.write_table(pa.table({
+        "t": ["same", "alpha"], "s": ["train", "train"],
+        "id": pa.array([dec("12345678.91"), dec("-0.01")], pa.decimal128(10, 2)),
+        "lab": pa.array([dec("1.50"), dec("-123.45")], pa.decimal128(5, 2))}),
+        d / "a.parquet", store_decimal_as_integer=True)
+    pq.write_table(pa.table({
+        "t": ["same", "leak"], "s": ["test", "test"],
+        "id": pa.array([dec("123456.12345"), dec("-0.00001")], pa.decimal128(11, 5)),
+        "lab": pa.array([dec("2.125"), dec("0.001")], pa.decimal128(4, 3))}), d / "b.parquet")
+
+
+def test_parquet_decimals_of_several_precisions_are_read_as_one_that_holds_both(
+        spark, cli, tmp_path):
+    # decimal(10,2) in one file and decimal(11,5) in another were LC_E_BAD_FORMAT.  Spark's reader
+    # reads either (stored as int32, int64 or bytes) as decimal(13,5): 8 digits before the point,
+    # 5 after.  clean writes the values back; audit reports them as ids and labels.
+    _write_decimal_files(tmp_path / "d")
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    out = tmp_path / "kept.parquet"
+    rc, _, err = cli("clean", "--test", f"t={tmp_path / 'd'}", "--against",
+                     f"a={tmp_path / 'a.txt'}", "--text-field", "t", "-o", "t.id=id", "--out", out,
+                     "--quiet")
+    assert rc == 0, err
+    dec = decimal.Decimal
+    assert_df_equality(spark.read.parquet(str(out)), spark.createDataFrame(
+        [("same", "train", dec("12345678.91"), dec("1.5")),
+         ("alpha", "train", dec("-0.01"), dec("-123.45")),
+         ("same", "test", dec("123456.12345"), dec("2.125"))],
+        "t string, s string, id decimal(13,5), lab decimal(6,3)"), ignore_row_order=True,
+        ignore_nullable=True)
+    rc, got, err = cli("audit", "-d", f"x={tmp_path / 'd'}", "--text-field", "t", "--id-field",
+                       "id", "--label-field", "lab", "--split-field", "s", "--quiet", "--json", "-")
+    assert rc == 0, err
+    report = json.loads(got)
+    assert sorted((o["id"], o["match_ids"]) for o in report["overlaps"]["sample"]) == [
+        ("123456.12345", ["12345678.91000"]), ("12345678.91000", ["123456.12345"])]
+    assert report["label_conflicts"]["sample"][0]["members"] == [
+        {"group": "x/test", "id": "123456.12345", "label": "2.125"},
+        {"group": "x/train", "id": "12345678.91000", "label": "1.500"}]
+
+
+@pytest.mark.parametrize("a, b, was, got", [
+    # No decimal holds 38 digits before the point and 10 after.
+    (pa.array([1], pa.decimal128(38, 0)), pa.array([0], pa.decimal128(12, 10)), "decimal(38,0)",
+     "decimal(12,10)"),
+    # Spark reads either as the other, but as its UTC wall clock, not in the session's time zone
+    # (a cast's rule): one file's values would shift.
+    (pa.array([0], pa.timestamp("us", tz="UTC")), pa.array([0], pa.timestamp("us")),
+     "timestamp", "timestamp_ntz"),
+])
+def test_parquet_decimals_or_timestamps_no_type_holds_are_bad_format(cli, tmp_path, a, b, was,
+                                                                      got):
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"t": ["alpha"], "c": a}), tmp_path / "d" / "a.parquet")
+    pq.write_table(pa.table({"t": ["beta"], "c": b}), tmp_path / "d" / "b.parquet")
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 'd'}", "--text-field", "t", "--quiet")
+    assert rc == 2 and err == (
+        f"leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read {tmp_path / 'd' / 'b.parquet'}: "
+        f"its column 'c' is {got}, but {was} in the files of the source before it (by path) "
+        f"(hint: {TYPE_CLASH_HINT})\n"), err
+
+
+def test_parquet_struct_fields_are_matched_by_name_by_sparks_case_rule(spark, cli, tmp_path):
+    # Nested names were told apart by case, while Spark's reader matches them as top-level ones
+    # (by case only under spark.sql.caseSensitive): s.A and s.a of two files read as two fields,
+    # which failed as "two columns named 'a' but for case".
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"t": ["alpha"], "s": pa.array([{"A": 1, "u": "x"}], pa.struct(
+        [("A", pa.int32()), ("u", pa.string())]))}), tmp_path / "d" / "a.parquet")
+    pq.write_table(pa.table({"t": ["beta"], "s": pa.array([{"a": 1 << 40}], pa.struct(
+        [("a", pa.int64())]))}), tmp_path / "d" / "b.parquet")
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    for case, schema, rows in (
+            ("false", "t string, s struct<A:bigint, u:string>",
+             [("alpha", (1, "x")), ("beta", (1 << 40, None))]),
+            ("true", "t string, s struct<A:int, u:string, a:bigint>",
+             [("alpha", (1, "x", None)), ("beta", (None, None, 1 << 40))])):
+        out = tmp_path / f"kept-{case}.parquet"
+        with spark_conf(spark, **{"spark.sql.caseSensitive": case}):
+            rc, _, err = cli("clean", "--test", f"t={tmp_path / 'd'}", "--against",
+                             f"a={tmp_path / 'a.txt'}", "--text-field", "t", "--out", out,
+                             "--quiet")
+            assert rc == 0, err
+            # (Spark reads s.A and s.a of the output as two fields only under this setting.)
+            assert_df_equality(spark.read.parquet(str(out)), spark.createDataFrame(rows, schema),
+                               ignore_row_order=True, ignore_nullable=True)
