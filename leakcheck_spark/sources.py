@@ -1230,6 +1230,10 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         if first_error is not None:
             b, line, _ = first_error
             err = errors.decode_row_error(b.err._lc_err)
+            if b.fmt == "parquet" and err.code == errors.MISSING_FIELD and src.id_field:
+                # An empty id: in a file without the column, every id is (the source's columns
+                # are its files' union), and "not in" says what to fix.
+                _check_parquet_column(spark, src, b._lc_file, "id field", src.id_field)
             file = errors.display_path(b._lc_file)
             number = line - 1 if b.fmt == "json" else line  # list elements count from 0
             where = f"{_UNIT[b.fmt]} {number} of {file}"
@@ -1396,12 +1400,20 @@ def _check_parquet_text_column(spark: SparkSession, src: Source, blocks: list) -
         return
     with_text = {b._lc_file for b in blocks if b.fmt == "parquet" and b.has_text}
     for file in sorted(files - with_text):
-        columns = read_inputs(spark).parquet(file).columns
-        if src.text_field not in columns:
-            raise LeakcheckError(
-                errors.MISSING_FIELD, f"text field {src.text_field!r} not in "
-                f"{errors.display_path(file)} (columns: {', '.join(columns[:12])}), one of the "
-                f"files of {src.label}", "give every file of a source the same columns")
+        _check_parquet_column(spark, src, file, "text field", src.text_field)
+
+
+def _check_parquet_column(spark: SparkSession, src: Source, file: str, flag: str, name: str,
+                          ) -> None:
+    """Raise MISSING_FIELD if the Parquet `file` of `src` has no column `name` (by Spark's case
+    rule); `flag` names the field ("text field").  Reads the file's footer."""
+    columns = read_inputs(spark).parquet(file).columns
+    fold = (lambda c: c) if case_sensitive(spark) else str.lower
+    if fold(name) not in {fold(c) for c in columns}:
+        raise LeakcheckError(
+            errors.MISSING_FIELD, f"{flag} {name!r} not in {errors.display_path(file)} "
+            f"(columns: {', '.join(columns[:12])}), one of the files of {src.label}",
+            "give every file of a source the same columns")
 
 
 def number_rows(spark: SparkSession, frame: SourceFrame, blocks: Blocks,

@@ -724,3 +724,25 @@ def test_parquet_struct_fields_are_matched_by_name_by_sparks_case_rule(spark, cl
             # (Spark reads s.A and s.a of the output as two fields only under this setting.)
             assert_df_equality(spark.read.parquet(str(out)), spark.createDataFrame(rows, schema),
                                ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_parquet_file_without_the_id_column_is_an_error_naming_it(spark, cli, tmp_path):
+    # Its rows read null ids, reported as "id field 'id' is empty in row 1 of b.parquet": a value
+    # to look for in a row, where the file lacks the column.
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"t": ["alpha"], "id": [1]}), tmp_path / "d" / "a.parquet")
+    pq.write_table(pa.table({"t": ["beta", "gamma"], "k": [2, 3]}), tmp_path / "d" / "b.parquet")
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 'd'}", "--text-field", "t", "--id-field", "id",
+                     "--quiet")
+    assert rc == 2 and err == (
+        "leakcheck-spark: error [LC_E_MISSING_FIELD]: id field 'id' not in "
+        f"{tmp_path / 'd' / 'b.parquet'} (columns: t, k), one of the files of "
+        f"x={tmp_path / 'd'} (hint: give every file of a source the same columns)\n"), err
+    # A file with the column (by Spark's case rule), a value of it null: that row's id is empty.
+    pq.write_table(pa.table({"t": ["beta", "gamma"], "ID": pa.array([2, None], pa.int64())}),
+                   tmp_path / "d" / "b.parquet")
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 'd'}", "--text-field", "t", "--id-field", "id",
+                     "--quiet")
+    assert rc == 2 and err.startswith(
+        "leakcheck-spark: error [LC_E_MISSING_FIELD]: id field 'id' is empty in row 2 of "
+        f"{tmp_path / 'd' / 'b.parquet'}"), err
