@@ -74,6 +74,13 @@ CSV_DIALECT = {"quote": '"', "escape": '"'}
 TABULAR_FORMATS = ("csv", "parquet", "table", "hf")
 # What read_csv(positions=True) adds to a CSV table's columns: each row's file and block.
 CSV_POSITION_COLUMNS = ("_lc_file", "_lc_block")
+# What read_csv(flag_malformed=True) adds before them: a row's text when it has more or fewer
+# values than the header (Spark's corrupt-record column), else null.
+CSV_MALFORMED = "_lc_malformed"
+# The row error of such a row; scan() puts its line and counts in (`_malformed_csv_error`).
+_MALFORMED_CSV = "{where} has the wrong number of fields"
+_MALFORMED_CSV_HINT = ("every row has a value for each column of the header: quote a value "
+                       'that holds a comma or a line break ("a,b"), doubling each quote in it')
 # How much of a CSV file (decompressed) line_ending looks at, and what it looks for.
 _ENDING_SCAN = 1 << 16
 _FIRST_BREAK = re.compile(rb"[\r\n]")
@@ -664,8 +671,8 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
     positions: tuple[str, ...] = ()  # columns the reader adds after the table's own
     if fmt == "csv":
-        df = read_csv(spark, files, positions=True)
-        positions = CSV_POSITION_COLUMNS
+        df = read_csv(spark, files, positions=True, flag_malformed=True)
+        positions = (CSV_MALFORMED, *CSV_POSITION_COLUMNS)
     elif fmt == "table":
         df = _catalog_table(spark, files[0], src)
     elif fmt == "hf":
@@ -768,7 +775,12 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         err = F.coalesce(err, bad_split)
     else:
         split, has_split = null_str, F.lit(False)
-    replaced = [replaced_utf8(columns, internal)] if fmt == "csv" else []
+    replaced = []
+    if fmt == "csv":
+        replaced = [replaced_utf8(columns, internal), CSV_MALFORMED]
+        # Before any other problem of the row: its values are not in their columns.
+        err = F.coalesce(F.when(F.col(CSV_MALFORMED).isNotNull(), F.lit(
+            encode_row_error(errors.BAD_FORMAT, _MALFORMED_CSV, _MALFORMED_CSV_HINT))), err)
     return df.select(
         *internal, "_lc_file", "_lc_block", "_lc_line", "_lc_seq",
         split.alias("split"), ident.alias("id"), id_int.alias("id_int"), text.alias("text"),
@@ -799,15 +811,20 @@ def replaced_utf8(names: list[str], internal: list[str]) -> Column:
     return F.when(found, F.lit(True)).alias(REPLACED_COLUMN)
 
 
-def read_csv(spark: SparkSession, files: str | list[str], positions: bool = False) -> DataFrame:
+def read_csv(spark: SparkSession, files: str | list[str], positions: bool = False,
+             flag_malformed: bool = False) -> DataFrame:
     """CSV files with a header, as the sources read them: every value a string, as in the file.
 
     multiLine: quoted newlines are part of a value.  Spark takes the column names from the first
     file's header and applies them to every file by position: enforceSchema=False checks each
     file's header against them, so a file whose columns differ is an error naming it, not values
-    read into wrong columns.  FAILFAST: a row with more or fewer values than the header is an
-    error naming the file and the row (the default mode drops the extra values or fills in nulls,
-    silently).  A UTF-8 BOM before the header is not part of the first name.
+    read into wrong columns.  A row with more or fewer values than the header (Spark's default
+    drops the extra values or fills in nulls, silently) fails the read (FAILFAST, whose message
+    quotes the row but names neither file nor line); with `flag_malformed` it is read, and its
+    text is in the column :data:`CSV_MALFORMED` (null in every other row), which comes after the
+    table's own columns: Spark's corrupt-record column, set in the same parse, so that the
+    sources' `scan` can name the row's line.  A UTF-8 BOM before the header is not part of the
+    first name.
 
     Line endings: each file is read with the one it ends its first line with (`line_ending`) as
     Spark's lineSep.  Left to detect it, Spark's parser turns a CRLF inside a quoted value of a
@@ -816,10 +833,14 @@ def read_csv(spark: SparkSession, files: str | list[str], positions: bool = Fals
     has its file and block (:data:`CSV_POSITION_COLUMNS`), which Spark's ``_metadata`` gives
     only before the parts are put together.
     """
+    from pyspark.sql import types as T
+
     files = [files] if isinstance(files, str) else files
     by_ending = _by_line_ending(spark, files)
+    mode = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CSV_MALFORMED} if (
+        flag_malformed) else {"mode": "FAILFAST"}
     reader = read_inputs(spark).options(header=True, multiLine=True, encoding="UTF-8",
-                                        enforceSchema=False, mode="FAILFAST", **CSV_DIALECT)
+                                        enforceSchema=False, **mode, **CSV_DIALECT)
 
     def read(ending: str | None, part: list[str], schema: object = None) -> DataFrame:
         r = reader if ending is None else reader.option("lineSep", ending)
@@ -829,21 +850,24 @@ def read_csv(spark: SparkSession, files: str | list[str], positions: bool = Fals
     (ending, first), *others = by_ending.items()
     df = read(ending, first)
     columns = df.columns[:len(df.columns) - len(CSV_POSITION_COLUMNS) * positions]
-    schema = None  # the first file's, which each other part's headers are checked against
+    # The first file's columns, which each other part's headers are checked against (every
+    # value a string: nothing is inferred).
+    schema = T.StructType([T.StructField(c, T.StringType()) for c in columns])
     # Spark names an empty header name _cI (as pandas' to_csv writes the index's), and then
     # fails its own header check against that name: read with the header's names as the schema.
     if any(c == f"_c{i}" for i, c in enumerate(columns)):
         header = _csv_header(spark, files[0])
         if header is not None and len(header) == len(columns) and header.count("") == 1:
-            from pyspark.sql import types as T
-
             schema = T.StructType([
                 T.StructField("" if c == f"_c{i}" and not h else c, T.StringType())
                 for i, (c, h) in enumerate(zip(columns, header))])
-            df = read(ending, first, schema)
+    if flag_malformed:  # the header check leaves the corrupt-record column out
+        schema = schema.add(CSV_MALFORMED, T.StringType())
+    if flag_malformed or schema.names != columns:
+        df = read(ending, first, schema)
     for ending, part in others:
-        df = df.unionAll(read(ending, part, schema or df.schema[:len(columns)]))
-    names = [c.lstrip("\ufeff") for c in columns]
+        df = df.unionAll(read(ending, part, schema))
+    names = [c.lstrip("\ufeff") for c in columns] + [CSV_MALFORMED] * flag_malformed
     return df.toDF(*names, *CSV_POSITION_COLUMNS) if positions else df.toDF(*names)
 
 
@@ -1230,6 +1254,8 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         if first_error is not None:
             b, line, _ = first_error
             err = errors.decode_row_error(b.err._lc_err)
+            if b.fmt == "csv" and err.message == _MALFORMED_CSV:
+                raise _malformed_csv_error(spark, frame, b._lc_file, b.err._lc_seq, err.hint)
             if b.fmt == "parquet" and err.code == errors.MISSING_FIELD and src.id_field:
                 # An empty id: in a file without the column, every id is (the source's columns
                 # are its files' union), and "not in" says what to fix.
@@ -1266,6 +1292,48 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         dataset_base[src.name] = base + total
     return Blocks([tuple(t) for t in table], frozenset(int_ids),
                   frozenset(name for name, ok in int_ids.items() if ok))
+
+
+def _malformed_csv_error(spark: SparkSession, frame: SourceFrame, file: str, seq: int,
+                         hint: str | None) -> LeakcheckError:
+    """BAD_FORMAT for the row `seq` of CSV `file`, which has more or fewer values than the
+    header: naming its line, and how many fields each has.
+
+    Its line is 1 + the lines of the header and of the rows before it: one each, and one more
+    for each line ending in their values, counted as the read splits lines (`line_ending`).
+    Spark skips a blank line between rows, which leaves no trace in the rows: such lines are
+    not counted.  One Spark job over the cached rows of the file up to the bad one; only the
+    bad row's text reaches the driver.
+    """
+    import csv
+    import io
+
+    import pyspark.sql.functions as F
+
+    part = dict(frame.parts)["csv"]
+    names = frame.original_columns["csv"]
+    ending = line_ending(spark, file) or "\n"
+
+    def breaks(c: Column) -> Column:
+        return F.coalesce((F.length(c) - F.length(F.replace(c, F.lit(ending)))) / len(ending),
+                          F.lit(0))
+
+    before = F.col("_lc_seq") < seq
+    inner = sum((breaks(F.col(original_column(i))) for i in range(len(names))), F.lit(0))
+    try:
+        r = (part.where((F.col("_lc_file") == file) & (F.col("_lc_seq") <= seq))
+             .agg(F.count(F.when(before, 1)).alias("rows"),
+                  F.sum(F.when(before, inner)).alias("breaks"),
+                  F.max(F.when(~before, F.col(CSV_MALFORMED))).alias("text")).collect()[0])
+    except Exception as exc:  # noqa: BLE001 - translated or re-raised
+        raise _translate(exc) from None
+    header_lines = 1 + sum(name.count(ending) for name in names)
+    line = header_lines + r.rows + int(r.breaks or 0) + 1
+    text = r.text or ""
+    fields = len(next(csv.reader(io.StringIO(text, newline="")), [""]))  # RFC 4180, as read
+    return LeakcheckError(
+        errors.BAD_FORMAT, f"line {line} of {errors.display_path(file)} has {fields} "
+        f"field{'s' * (fields != 1)}, its header has {len(names)}", hint)
 
 
 def invalid_utf8(spark: SparkSession, files: list[str], rows: dict[str, int] | None = None,

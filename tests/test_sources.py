@@ -318,14 +318,79 @@ def test_a_parquet_file_without_the_text_column_is_an_error_naming_it(spark, cli
     assert sorted(r.text or "" for r in df.collect()) == ["", "alpha", "beta"]
 
 
-def test_a_csv_row_with_more_or_fewer_values_than_the_header_is_bad_format(cli, tmp_path):
-    for rows in ("a,1\nb,1,extra\n", "a,1\nb\n"):
-        (tmp_path / "r.csv").write_text("func,y\n" + rows, encoding="utf-8")
-        rc, _, err = cli("audit", "-d", f"x={tmp_path / 'r.csv'}", "--text-field", "func",
-                         "--quiet")
-        assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read "
-                                          f"{tmp_path / 'r.csv'}: "), err
-        assert "Malformed CSV record: b" in err and len(err.strip().splitlines()) == 1
+MALFORMED_HINT = ("(hint: every row has a value for each column of the header: quote a value "
+                  'that holds a comma or a line break ("a,b"), doubling each quote in it)\n')
+
+
+def test_a_csv_row_with_fewer_values_than_the_header_names_its_line(cli, tmp_path):
+    # Spark's FAILFAST message quoted the row's text ("Malformed CSV record: 2"), which names no
+    # row: the line is counted across quoted line breaks in the rows before it.
+    write_jsonl(tmp_path / "a.jsonl", [{"text": "other"}])
+    for name, data, line in (("short.csv", b"id,text\n1,hello\n2\n3,bye\n", 3),
+                             ("q.csv", b'id,text\n1,"a\nb\r\nc"\n2\n3,bye\n', 5),
+                             ("crlf.csv", b'id,text\r\n1,"a\r\nb\nc"\r\n2\r\n3,bye\r\n', 4)):
+        (tmp_path / name).write_bytes(data)
+        want = (f"leakcheck-spark: error [LC_E_BAD_FORMAT]: line {line} of {tmp_path / name} "
+                f"has 1 field, its header has 2 {MALFORMED_HINT}")
+        for argv in (("fingerprint", "-d", f"x={tmp_path / name}"),
+                     ("clean", "--test", f"x={tmp_path / name}", "--against",
+                      f"a={tmp_path / 'a.jsonl'}", "--out", tmp_path / "out.csv")):
+            rc, _, err = cli(*argv, "--text-field", "text", "--quiet")
+            assert (rc, err) == (2, want), (name, argv[0])
+        assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_csv_row_with_more_values_than_the_header_names_its_line(cli, tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", [{"text": "other"}])
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.csv").write_text("id,text\n1,alpha\n", encoding="utf-8")
+    (d / "b.csv").write_text('id,text\n1,"x\ny"\n2,beta,"p,\nq",r\n3,c\n', encoding="utf-8")
+    want = (f"leakcheck-spark: error [LC_E_BAD_FORMAT]: line 4 of {d / 'b.csv'} has 4 "
+            f"fields, its header has 2 {MALFORMED_HINT}")
+    for argv in (("audit", "-d", f"x={d}/*.csv", "-d", f"a={tmp_path / 'a.jsonl'}",
+                  "--text-field", "text"),
+                 ("resplit", "-d", f"x={d}/*.csv", "--text-field", "text", "--out",
+                  tmp_path / "r.jsonl"),
+                 ("check", "--train", f"{d}/*.csv", "--eval", tmp_path / "a.jsonl",
+                  "--field", "text")):
+        rc, _, err = cli(*argv, "--quiet")
+        assert (rc, err) == (2, want), argv[0]
+
+
+def test_a_bad_csv_row_is_reported_in_read_order_and_within_max_rows(cli, tmp_path):
+    def run(data: str, *flags: str) -> tuple[int, str]:
+        (tmp_path / "t.csv").write_text("id,text\n" + data, encoding="utf-8")
+        rc, _, err = cli("audit", "-d", f"x={tmp_path / 't.csv'}", "--text-field", "text",
+                         "--id-field", "id", *flags, "--quiet")
+        return rc, err
+
+    # An empty id in an earlier row comes first; in a later row, the short row does.
+    rc, err = run(",alpha\n2\n3,gamma\n")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_MISSING_FIELD]: id field "
+                                      f"'id' is empty in row 1 of {tmp_path / 't.csv'}"), err
+    rc, err = run("1,alpha\n2\n,gamma\n")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: line 3 of "
+                                      f"{tmp_path / 't.csv'} has 1 field"), err
+    # Past --max-rows a bad row is not read; at it, it is reported.
+    rc, err = run('1,"al\npha"\n2,beta\n3,x,y\n', "--max-rows", "2")
+    assert rc == 0, err
+    rc, err = run('1,"al\npha"\n2,beta\n3,x,y\n', "--max-rows", "3")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: line 5 of "
+                                      f"{tmp_path / 't.csv'} has 3 fields, its header has 2"), err
+
+
+def test_a_bad_csv_row_before_an_invalid_utf8_one_is_the_error_reported(cli, tmp_path):
+    (tmp_path / "t.csv").write_bytes(b"id,text\n1,alpha,x\n2,ab\xffc\n")
+    rc, _, err = cli("fingerprint", "-d", f"x={tmp_path / 't.csv'}", "--text-field", "text",
+                     "--quiet")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: line 2 of "
+                                      f"{tmp_path / 't.csv'} has 3 fields"), err
+    (tmp_path / "t.csv").write_bytes(b"id,text\n1,ab\xffc\n2,alpha,x\n")
+    rc, _, err = cli("fingerprint", "-d", f"x={tmp_path / 't.csv'}", "--text-field", "text",
+                     "--quiet")
+    assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: invalid UTF-8 "
+                                      f"in line 2 of {tmp_path / 't.csv'}"), err
 
 
 def test_a_split_value_that_cannot_name_a_group_is_a_bad_value(cli, tmp_path):
