@@ -118,6 +118,12 @@ _PATH_NOT_FOUND = re.compile(r"Path does not exist: (\S+?)\.?(?: SQLSTATE|$)", r
 _READ_FILE = re.compile(r"Encountered error while reading file (\S+?)\.?\s", re.M)
 
 
+# A CSV row with more or fewer values than its header.
+CSV_FIELDS_HINT = ("every row has a value for each column of the header: quote a value that "
+                   'holds a comma or a line break ("a,b"), doubling each quote in it')
+# Spark's message for such a row, read in FAILFAST mode: it quotes the row, not its place.
+_MALFORMED_CSV = re.compile(r"\[MALFORMED_CSV_RECORD\] Malformed CSV record: (.*?)"
+                            r"(?: SQLSTATE: \w+)?$", re.S)
 # Causes of a failed file read that are no corrupt file, and what to do about them.
 _READ_HINTS = (
     # A Parquet file that stores a column as a type Spark cannot read as the source's.
@@ -164,6 +170,11 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
         # not fit them is no corrupt file, and the default hint (the supported file types) would
         # send the user looking at the wrong thing.
         hint = next((h for key, h in _READ_HINTS if key in cause), None)
+        m = _MALFORMED_CSV.search(cause)
+        if m:
+            row = m.group(1) if len(m.group(1)) <= 80 else m.group(1)[:77] + "..."
+            cause, hint = (f"a row has more or fewer values than the header: {row!r}",
+                           CSV_FIELDS_HINT)
         return LeakcheckError(BAD_FORMAT, f"cannot read {path}" + (f": {cause}" if cause else ""),
                               hint)
     if "Python worker exited unexpectedly" in text:

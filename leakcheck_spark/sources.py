@@ -79,8 +79,6 @@ CSV_POSITION_COLUMNS = ("_lc_file", "_lc_block")
 CSV_MALFORMED = "_lc_malformed"
 # The row error of such a row; scan() puts its line and counts in (`_malformed_csv_error`).
 _MALFORMED_CSV = "{where} has the wrong number of fields"
-_MALFORMED_CSV_HINT = ("every row has a value for each column of the header: quote a value "
-                       'that holds a comma or a line break ("a,b"), doubling each quote in it')
 # How much of a CSV file (decompressed) line_ending looks at, and what it looks for.
 _ENDING_SCAN = 1 << 16
 _FIRST_BREAK = re.compile(rb"[\r\n]")
@@ -780,7 +778,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         replaced = [replaced_utf8(columns, internal), CSV_MALFORMED]
         # Before any other problem of the row: its values are not in their columns.
         err = F.coalesce(F.when(F.col(CSV_MALFORMED).isNotNull(), F.lit(
-            encode_row_error(errors.BAD_FORMAT, _MALFORMED_CSV, _MALFORMED_CSV_HINT))), err)
+            encode_row_error(errors.BAD_FORMAT, _MALFORMED_CSV, errors.CSV_FIELDS_HINT))), err)
     return df.select(
         *internal, "_lc_file", "_lc_block", "_lc_line", "_lc_seq",
         split.alias("split"), ident.alias("id"), id_int.alias("id_int"), text.alias("text"),

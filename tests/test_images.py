@@ -440,6 +440,20 @@ def test_invalid_utf8_in_a_csv_table_is_bad_format_naming_the_line(cli, pictures
                          "fix the line)\n"), err
 
 
+def test_a_csv_table_row_with_a_value_missing_is_bad_format_quoting_it(cli, pictures, tmp_path):
+    # Spark's own message quoted the row as "Malformed CSV record: b", which reads like a row
+    # number; the row is said to be a row, with what to do about it.
+    image = pictures / "train" / "orig0.png"
+    (tmp_path / "a.csv").write_text(f"name,img\na,{image}\nb\n")
+    rc, _, err = cli("images", "-d", f"t:test={tmp_path / 'a.csv'}", "--path-field", "img",
+                     "--id-field", "name", "--quiet")
+    assert (rc, err) == (2, "leakcheck-spark: error [LC_E_BAD_FORMAT]: cannot read "
+                         f"{tmp_path / 'a.csv'}: a row has more or fewer values than the "
+                         "header: 'b' (hint: every row has a value for each column of the "
+                         'header: quote a value that holds a comma or a line break ("a,b"), '
+                         "doubling each quote in it)\n"), err
+
+
 def test_a_zero_byte_image_is_counted_and_listed_as_unreadable(spark, pictures, tmp_path):
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "a.png").write_bytes((pictures / "train" / "orig0.png").read_bytes())
