@@ -1297,11 +1297,13 @@ def _malformed_csv_error(spark: SparkSession, frame: SourceFrame, file: str, seq
     """BAD_FORMAT for the row `seq` of CSV `file`, which has more or fewer values than the
     header: naming its line, and how many fields each has.
 
-    Its line is 1 + the lines of the header and of the rows before it: one each, and one more
-    for each line ending in their values, counted as the read splits lines (`line_ending`).
-    Spark skips a blank line between rows, which leaves no trace in the rows: such lines are
-    not counted.  One Spark job over the cached rows of the file up to the bad one; only the
-    bad row's text reaches the driver.
+    Spark skips an empty line between rows, which leaves no trace in the rows, so the line is
+    found by counting the others: the bad row starts on the file's ``1 + h + r + b - e``-th
+    line that is not empty, for a header of `h` lines, `r` rows before it, `b` line endings in
+    their values (counted as the read splits lines, `line_ending`) and `e` empty lines among
+    those of the values (:func:`_nth_nonempty_line`).  One Spark job over the cached rows of the
+    file up to the bad one, two over the file's lines; only the bad row's text and one row per
+    block of the file reach the driver.
     """
     import csv
     import io
@@ -1316,22 +1318,96 @@ def _malformed_csv_error(spark: SparkSession, frame: SourceFrame, file: str, seq
         return F.coalesce((F.length(c) - F.length(F.replace(c, F.lit(ending)))) / len(ending),
                           F.lit(0))
 
+    def empty_lines(c: Column) -> Column:  # a value's lines but its first and last: quoted
+        lines = F.split(c, ending, -1)
+        inner = F.slice(lines, 2, F.greatest(F.size(lines) - 2, F.lit(0)))
+        return F.coalesce(F.size(F.filter(inner, lambda x: x == "")), F.lit(0))
+
     before = F.col("_lc_seq") < seq
-    inner = sum((breaks(F.col(original_column(i))) for i in range(len(names))), F.lit(0))
+    columns = [F.col(original_column(i)) for i in range(len(names))]
     try:
         r = (part.where((F.col("_lc_file") == file) & (F.col("_lc_seq") <= seq))
              .agg(F.count(F.when(before, 1)).alias("rows"),
-                  F.sum(F.when(before, inner)).alias("breaks"),
+                  F.sum(F.when(before, sum(map(breaks, columns), F.lit(0)))).alias("breaks"),
+                  F.sum(F.when(before, sum(map(empty_lines, columns), F.lit(0)))).alias("empty"),
                   F.max(F.when(~before, F.col(CSV_MALFORMED))).alias("text")).collect()[0])
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
         raise _translate(exc) from None
-    header_lines = 1 + sum(name.count(ending) for name in names)
-    line = header_lines + r.rows + int(r.breaks or 0) + 1
+    header = [name.split(ending) for name in names]
+    header_lines = 1 + sum(len(parts) - 1 for parts in header)
+    header_empty = sum(x == "" for parts in header for x in parts[1:-1])
+    lines = header_lines + r.rows + int(r.breaks or 0) - header_empty - int(r.empty or 0)
+    line = _nth_nonempty_line(spark, file, lines + 1)
     text = r.text or ""
     fields = len(next(csv.reader(io.StringIO(text, newline="")), [""]))  # RFC 4180, as read
+    where = f"line {line}" if line else f"row {r.rows + 1}"
     return LeakcheckError(
-        errors.BAD_FORMAT, f"line {line} of {errors.display_path(file)} has {fields} "
+        errors.BAD_FORMAT, f"{where} of {errors.display_path(file)} has {fields} "
         f"field{'s' * (fields != 1)}, its header has {len(names)}", hint)
+
+
+def _nth_nonempty_line(spark: SparkSession, file: str, n: int) -> int | None:
+    """The number of the `n`-th line of `file` that is not empty (as the CSV read splits
+    lines), or None if it has fewer.  One Spark job for the block table, one that ranks the
+    lines of the block holding it."""
+    import pyspark.sql.functions as F
+    from pyspark.sql import Window
+
+    lines = _file_lines(spark, [file])
+    empty = F.col("value") == ""
+    for b in _line_blocks(lines, F.count(F.when(empty, 1)).alias("empty")):
+        if n > b.lines - b.empty:
+            n -= b.lines - b.empty
+            continue
+        rank = F.row_number().over(Window.partitionBy("_lc_block").orderBy("_lc_seq"))
+        try:
+            found = (lines.where((F.col("_lc_block") == b._lc_block) & ~empty)
+                     .select((F.col("_lc_seq") - b.min_seq + b.base + 1).alias("line"),
+                             rank.alias("rank"))
+                     .where(F.col("rank") == n).collect())
+        except Exception as exc:  # noqa: BLE001 - translated or re-raised
+            raise _translate(exc) from None
+        return found[0].line if found else None
+    return None
+
+def _file_lines(spark: SparkSession, files: list[str]) -> DataFrame:
+    """The lines of `files`, each split where the CSV read splits its rows (`line_ending`: a
+    lone CR in an LF file is no line break), as ``value`` (Spark's text reader does not decode
+    them) with ``_lc_file``, ``_lc_block`` and ``_lc_seq``, which grows along a block's lines
+    (:func:`_line_blocks` turns it into line numbers)."""
+    import pyspark.sql.functions as F
+
+    lines = None
+    for ending, part in _by_line_ending(spark, files).items():
+        reader = read_inputs(spark) if ending is None else (
+            read_inputs(spark).option("lineSep", ending))
+        df = reader.text(part).select("value", *_file_position(),
+                                      F.monotonically_increasing_id().alias("_lc_seq"))
+        lines = df if lines is None else lines.unionAll(df)
+    return lines
+
+
+def _line_blocks(lines: DataFrame, *extra: Column) -> list:
+    """The blocks of `lines` (:func:`_file_lines`) in file order, each with ``lines`` (its
+    count), ``min_seq``, ``base`` (the lines of its file before it: line ``base + _lc_seq -
+    min_seq + 1`` of the file is a line of it) and the `extra` aggregates.  One Spark job; one
+    row per block reaches the driver."""
+    import pyspark.sql.functions as F
+    from pyspark.sql import Row
+
+    agg = lines.groupBy("_lc_file", "_lc_block").agg(
+        F.count(F.lit(1)).alias("lines"), F.min("_lc_seq").alias("min_seq"), *extra)
+    try:
+        blocks = sorted(agg.collect(), key=lambda r: (r._lc_file, r._lc_block))
+    except Exception as exc:  # noqa: BLE001 - translated or re-raised
+        raise _translate(exc) from None
+    out, base, prev_file = [], 0, None
+    for b in blocks:
+        if b._lc_file != prev_file:
+            base, prev_file = 0, b._lc_file
+        out.append(Row(**b.asDict(), base=base))
+        base += b.lines
+    return out
 
 
 def invalid_utf8(spark: SparkSession, files: list[str], rows: dict[str, int] | None = None,
@@ -1348,37 +1424,19 @@ def invalid_utf8(spark: SparkSession, files: list[str], rows: dict[str, int] | N
     """
     import pyspark.sql.functions as F
 
-    lines = None
-    for ending, part in _by_line_ending(spark, files).items():
-        reader = read_inputs(spark) if ending is None else (
-            read_inputs(spark).option("lineSep", ending))
-        df = reader.text(part).select("value", *_file_position(),
-                                      F.monotonically_increasing_id().alias("_lc_seq"))
-        lines = df if lines is None else lines.unionAll(df)
+    lines = _file_lines(spark, files)
     invalid = ~F.is_valid_utf8("value")
-    agg = lines.groupBy("_lc_file", "_lc_block").agg(
-        F.count(F.lit(1)).alias("lines"),
-        F.min("_lc_seq").alias("min_seq"),
-        F.min(F.when(invalid, F.struct("_lc_seq", F.col("value").cast("binary").alias("b"))))
-        .alias("bad"),
-    )
-    try:
-        blocks = agg.collect()
-    except Exception as exc:  # noqa: BLE001 - translated or re-raised
-        raise _translate(exc) from None
+    blocks = _line_blocks(lines, F.min(F.when(invalid, F.struct(
+        "_lc_seq", F.col("value").cast("binary").alias("b")))).alias("bad"))
     first: dict[str, tuple[int, str]] = {}  # file -> its first invalid line, and why
-    line_base, prev_file = 0, None
-    for b in sorted(blocks, key=lambda r: (r._lc_file, r._lc_block)):
-        if b._lc_file != prev_file:
-            line_base, prev_file = 0, b._lc_file
+    for b in blocks:
         if b.bad is not None and b._lc_file not in first:
             try:
                 bytes(b.bad.b).decode("utf-8")
                 reason = "invalid bytes"  # Spark's rule, stricter than Python's (not seen)
             except UnicodeDecodeError as exc:
                 reason = f"{exc.reason} at byte {exc.start + 1} of the line"
-            first[b._lc_file] = (line_base + b.bad._lc_seq - b.min_seq + 1, reason)
-        line_base += b.lines
+            first[b._lc_file] = (b.base + b.bad._lc_seq - b.min_seq + 1, reason)
     order = {file: i for i, file in enumerate(files)}  # Spark may spell a path otherwise
     for file in sorted(first, key=lambda f: (order.get(f, len(order)), f)):
         if rows and file in rows:

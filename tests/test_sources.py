@@ -328,7 +328,14 @@ def test_a_csv_row_with_fewer_values_than_the_header_names_its_line(cli, tmp_pat
     write_jsonl(tmp_path / "a.jsonl", [{"text": "other"}])
     for name, data, line in (("short.csv", b"id,text\n1,hello\n2\n3,bye\n", 3),
                              ("q.csv", b'id,text\n1,"a\nb\r\nc"\n2\n3,bye\n', 5),
-                             ("crlf.csv", b'id,text\r\n1,"a\r\nb\nc"\r\n2\r\n3,bye\r\n', 4)):
+                             ("crlf.csv", b'id,text\r\n1,"a\r\nb\nc"\r\n2\r\n3,bye\r\n', 4),
+                             # Empty lines between rows leave no trace in the rows Spark
+                             # reads; those in a quoted value are no such lines.
+                             ("blank.csv", b'id,text\n\n1,"a\n\n2\n"\n\n\n2\n3,bye\n', 9),
+                             ("same.csv", b'id,text\n\n\n\n1,"x\n2\n"\n2\n', 8),
+                             ("head.csv", b'\nid,text\n1,"\n\n\n"\n\n2\n', 8),
+                             ("blank.csv.gz", gzip.compress(b"id,text\r\n\r\n1,a\r\n\r\n2\r\n"),
+                              5)):
         (tmp_path / name).write_bytes(data)
         want = (f"leakcheck-spark: error [LC_E_BAD_FORMAT]: line {line} of {tmp_path / name} "
                 f"has 1 field, its header has 2 {MALFORMED_HINT}")
