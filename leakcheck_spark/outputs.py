@@ -32,10 +32,18 @@ from leakcheck_spark.sources import CSV_DIALECT
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+# Spark's CSV and JSON writers print a timestamp to the millisecond, and its Parquet writer
+# stores one with a time zone as INT96 (read back as nanoseconds): a kept row's timestamps keep
+# their microseconds, and their type.
+_TIME_WRITE = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
+_PARQUET_TIME = ("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
 # Spark's CSV writer trims the whitespace around every value unless told not to: values are
 # written as they are.
 CSV_WRITE = {"header": True, **CSV_DIALECT, "ignoreLeadingWhiteSpace": False,
              "ignoreTrailingWhiteSpace": False}
+# The writer options of each format.
+_WRITE_OPTIONS = {"csv": {**CSV_WRITE, **_TIME_WRITE}, "json": _TIME_WRITE, "parquet": {}}
 
 log = logging.getLogger(__name__)
 
@@ -316,10 +324,23 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
     check_format(fmt)
     if fmt == "csv":
         df = csv_columns(df)
-    writer = df.write.mode("error")
-    if fmt == "csv":
-        writer = writer.options(**CSV_WRITE)
-    _spark_action(lambda: getattr(writer, fmt)(spark_uri(path)))
+    writer = df.write.mode("error").options(**_WRITE_OPTIONS[fmt])
+    _write(df.sparkSession, lambda: getattr(writer, fmt)(spark_uri(path)))
+
+
+def _write(spark: SparkSession, action: Callable[[], None]) -> None:
+    """Run the write `action` (:func:`_spark_action`) with Parquet timestamps written as
+    microseconds, the session's own setting back in place after."""
+    key, value = _PARQUET_TIME
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        _spark_action(action)
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def write_json_lines(df: DataFrame, path: str) -> None:
@@ -398,9 +419,9 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
             writer = writer.option("compression", compression)
         if text_column is not None:
             fmt = "text"
-        elif fmt == "csv":
-            writer = writer.options(**CSV_WRITE)
-        _spark_action(lambda: getattr(writer, fmt)(spark_uri(tmp_dir)))
+        else:
+            writer = writer.options(**_WRITE_OPTIONS[fmt])
+        _write(spark, lambda: getattr(writer, fmt)(spark_uri(tmp_dir)))
         fs = _files(spark, path)
         parts = [p for p in fs.list(tmp_dir) if _split(p)[1].startswith("part-")]
         if len(parts) != 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime
 import gzip
 import io
 import json
@@ -88,18 +89,31 @@ def test_clean_csv_keeps_columns_and_values(cli, tmp_path):
 
 
 def test_clean_parquet_keeps_schema_and_order(cli, tmp_path):
+    # Timestamps keep their microseconds and their type, with a time zone or without.
+    when = [datetime.datetime(2024, 1, 2, 3, 4, 5, 123456 + i) for i in range(5)]
     table = pa.table({"k": pa.array([5, 4, 3, 2, 1], pa.int32()),
-                      "src": ["a", "b", "leak", "c", "d"], "y": [True, False, True, None, False]})
+                      "src": ["a", "b", "leak", "c", "d"], "y": [True, False, True, None, False],
+                      "ts": pa.array(when, pa.timestamp("us")),
+                      "tz": pa.array(when, pa.timestamp("us", tz="UTC"))})
     pq.write_table(table, tmp_path / "t.parquet")
     (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
-    out = tmp_path / "o.parquet"
-    code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.parquet'}", "--against",
-                     f"a={tmp_path / 'a.txt'}", "--text-field", "src", "--out", out)
-    assert code == 0
-    got = pq.read_table(out)
-    assert got.schema.names == table.schema.names
-    assert [f.type for f in got.schema] == [f.type for f in table.schema]
-    assert got.to_pylist() == [r for r in table.to_pylist() if r["src"] != "leak"]
+    kept = [r for r in table.to_pylist() if r["src"] != "leak"]
+    for name in ("o.parquet", "o.csv", "o.jsonl"):
+        out = tmp_path / name
+        code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.parquet'}", "--against",
+                         f"a={tmp_path / 'a.txt'}", "--text-field", "src", "--out", out)
+        assert code == 0
+        if name == "o.parquet":
+            got = pq.read_table(out)
+            assert got.schema.names == table.schema.names
+            assert [f.type for f in got.schema] == [f.type for f in table.schema]
+            assert got.to_pylist() == kept
+            continue
+        with open(out, newline="", encoding="utf-8") as fh:
+            rows = (list(csv.DictReader(fh)) if name == "o.csv"
+                    else [json.loads(line) for line in fh])
+        assert [(datetime.datetime.fromisoformat(r["ts"]), datetime.datetime.fromisoformat(r["tz"]))
+                for r in rows] == [(r["ts"], r["tz"]) for r in kept], name
 
 
 def test_clean_to_a_directory_in_format(cli, tmp_path):
