@@ -1254,6 +1254,14 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
             err = errors.decode_row_error(b.err._lc_err)
             if b.fmt == "csv" and err.message == _MALFORMED_CSV:
                 raise _malformed_csv_error(spark, frame, b._lc_file, b.err._lc_seq, err.hint)
+            if (b.fmt == "jsonl" and err.code == errors.BAD_FORMAT and not src.noleak
+                    and line_ending(spark, b._lc_file) == "\r"):
+                # Lines end at LF here (a kept CRLF line is written back as it is): a file of
+                # lone CRs is one line, whose JSON has "extra data" after its first object.
+                raise LeakcheckError(
+                    errors.BAD_FORMAT, f"the lines of {errors.display_path(b._lc_file)} end "
+                    "with a lone CR (\\r), not LF or CRLF as JSON Lines do",
+                    "convert its line endings, e.g. tr '\\r' '\\n' < IN > OUT")
             if b.fmt == "parquet" and err.code == errors.MISSING_FIELD and src.id_field:
                 # An empty id: in a file without the column, every id is (the source's columns
                 # are its files' union), and "not in" says what to fix.

@@ -148,6 +148,8 @@ def write(name, text):
     (write("x.csv", "code\na\n"), [], "LC_E_MISSING_FIELD", "'func'"),
     (bad_jsonl, [], "LC_E_BAD_FORMAT", "line 3 of"),
     (not_object, [], "LC_E_BAD_FORMAT", "line 2 of"),
+    (write("x.jsonl", '{"func": "a"}\r{"func": "b"}\r'), [], "LC_E_BAD_FORMAT",
+     "end with a lone CR"),
     (bad_utf8, [], "LC_E_BAD_FORMAT", "invalid UTF-8"),
     (bad_gz, [], "LC_E_BAD_FORMAT", "x.jsonl.gz"),
     (bad_parquet, [], "LC_E_BAD_FORMAT", "x.parquet"),
