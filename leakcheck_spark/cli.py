@@ -309,12 +309,13 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
     the working directory (replacing it would empty it); a JSON file may not be an
     existing directory; an existing local output directory must be empty or an earlier output of
     ours (:func:`outputs.check_replaceable`; :func:`check_table_outputs` checks non-local ones
-    once the session is up); and a local output's parent may not be a file.  The ``--config``
+    once the session is up); and a local output's parent may not be a file, nor a directory
+    this user may not write in.  The ``--config``
     FILE is an input too (the images a list or table names are checked by
     :func:`check_listed_images`).
 
     Raises:
-        LeakcheckError: LC_E_USAGE, or LC_E_IO for a parent that is a file.
+        LeakcheckError: LC_E_USAGE, or LC_E_IO for a parent that is a file or not writable.
     """
     from leakcheck_spark.hf import PREFIX as HF
     from leakcheck_spark.outputs import check_replaceable, single_file_format
@@ -370,6 +371,10 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
         if not os.path.isdir(parent):
             raise LeakcheckError(errors.IO, f"cannot write {flag} {path}: {parent} is not a "
                                  "directory", "give an output path under a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):  # found now, not after the whole run
+            raise LeakcheckError(errors.IO, f"cannot write {flag} {path}: permission denied "
+                                 f"in {parent}", "give an output path in a directory you may "
+                                 "write to")
 
 
 def _output_kind(flag: str, path: str) -> str:
@@ -769,9 +774,9 @@ def _main(argv: Sequence[str] | None) -> int:
         # the same, which check_outputs must know of.
         args.config = config_file
         if args.command is None:
-            build_parser().print_help(sys.stderr)
             raise LeakcheckError(errors.USAGE, "no command given",
-                                 "commands: audit, clean, resplit, images, fingerprint, check")
+                                 "commands: audit, clean, resplit, images, fingerprint, check; "
+                                 f"run '{PROG} --help'")
         log.addHandler(handler)
         log.setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
         return run(args)

@@ -166,6 +166,12 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
                 BAD_FORMAT, f"cannot read {path}: it changed after Spark wrote it (it no longer "
                 f"matches the checksum file {folder}/.{name}.crc beside it)",
                 f"if the change was meant, delete .{name}.crc; else write the file again")
+        if "Permission denied" in cause or "AccessDenied" in cause or "403 Forbidden" in cause:
+            # Local files say it in a FileNotFoundException, object stores in an
+            # AccessDeniedException: the file is there, and its format is not the problem.
+            return LeakcheckError(IO, f"cannot read {path}: permission denied",
+                                  "check that the user Spark runs as may read it (and, for "
+                                  "object storage, the credentials)")
         # Spark reads every file of a source with the columns of one of them: a file that does
         # not fit them is no corrupt file, and the default hint (the supported file types) would
         # send the user looking at the wrong thing.

@@ -653,9 +653,12 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     for i, src in enumerate(sources):
         if not per_source.get(i):
             imgs.unpersist()
-            raise LeakcheckError(errors.EMPTY_INPUT, f"no images in {src.label}",
-                                 "a directory contributes files with an image extension "
-                                 f"({', '.join(IMAGE_EXTENSIONS[:6])}, ...)")
+            kind = _kind(src.path)
+            hint = ("a directory contributes files with an image extension "
+                    f"({', '.join(IMAGE_EXTENSIONS[:6])}, ...)" if kind == "files" else
+                    "a table contributes one image per row" if kind == "table" else
+                    "a list contributes one image path per non-empty line")
+            raise LeakcheckError(errors.EMPTY_INPUT, f"no images in {src.label}", hint)
     timer.lap("hash", f"read and hashed {counted(total, 'image')} from "
                         f"{counted(len(sources), 'source')}")
 

@@ -311,6 +311,9 @@ def _parse_object(obj: object, src: Source) -> tuple:
     ident, id_int = None, False
     if src.id_field:
         value = obj.get(src.id_field)
+        if value is None and src.id_field in obj:
+            return _row_error(errors.MISSING_FIELD, f"id field {src.id_field!r} is null in "
+                              "{where}", "every record needs an id")
         if value is None:
             return _row_error(
                 errors.MISSING_FIELD,

@@ -145,6 +145,8 @@ def write(name, text):
     (write("x.jsonl", '{"func": "a"}\n'), ["--label-field", "lab"], "LC_E_MISSING_FIELD",
      "present in no row"),
     (write("x.jsonl", '{"func": "a"}\n'), ["--id-field", "idx"], "LC_E_MISSING_FIELD", "idx"),
+    (write("x.jsonl", '{"func": "a", "idx": 1}\n{"func": "b", "idx": null}\n'),
+     ["--id-field", "idx"], "LC_E_MISSING_FIELD", "id field 'idx' is null in line 2 of"),
     (write("x.csv", "code\na\n"), [], "LC_E_MISSING_FIELD", "'func'"),
     (bad_jsonl, [], "LC_E_BAD_FORMAT", "line 3 of"),
     (not_object, [], "LC_E_BAD_FORMAT", "line 2 of"),
@@ -400,6 +402,38 @@ def test_a_cli_session_passes_the_jvms_own_stderr_on(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Using Spark's default log4j profile" in proc.stderr, proc.stderr
     assert "incubator" not in proc.stderr
+
+
+def test_a_file_or_directory_the_user_may_not_use_is_an_io_error(tmp_path):
+    # Root reads and writes past file modes: the runs drop the capabilities that let it.
+    import shutil
+    import subprocess
+    import sys
+
+    prefix = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv to drop root's file access")
+        prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
+    write_jsonl(tmp_path / "a.jsonl", [{"t": "x"}])
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o555)
+    (tmp_path / "a.jsonl").chmod(0o000)
+    try:
+        for out, want in ((tmp_path / "ro" / "out", "cannot write --out-dir "
+                           f"{tmp_path / 'ro' / 'out'}: permission denied in {tmp_path / 'ro'}"),
+                          (tmp_path / "out", f"cannot read {tmp_path / 'a.jsonl'}: permission "
+                           "denied")):
+            proc = subprocess.run([*prefix, sys.executable, "-m", "leakcheck_spark", "audit",
+                                   "-d", f"a={tmp_path / 'a.jsonl'}", "--text-field", "t",
+                                   "--out-dir", out, "--quiet"],
+                                  capture_output=True, text=True, timeout=300, cwd=tmp_path)
+            assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+            assert proc.stderr.startswith(f"leakcheck-spark: error [LC_E_IO]: {want} (hint: ")
+            assert not out.exists()
+    finally:
+        (tmp_path / "ro").chmod(0o755)
+        (tmp_path / "a.jsonl").chmod(0o644)
 
 
 def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
@@ -1244,3 +1278,10 @@ def test_sources_that_would_be_misread_are_refused_before_spark_starts(data, mon
     with pytest.raises(LeakcheckError, match="hf_split 'train' given for x=train.jsonl, which is "
                        "not a Hugging Face source"):
         Source("x", "train.jsonl", hf_split="train")
+
+
+def test_no_command_is_one_usage_line(cli):
+    rc, out, err = cli()
+    assert (rc, out) == (2, "")
+    assert err == ("leakcheck-spark: error [LC_E_USAGE]: no command given (hint: commands: audit, "
+                   "clean, resplit, images, fingerprint, check; run 'leakcheck-spark --help')\n")

@@ -339,15 +339,18 @@ def test_bad_sources_are_one_line(cli, tmp_path):
     write_jsonl(tmp_path / "t.jsonl", [{"file": "x.png"}])
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "a.txt.bak").write_text("x")
-    for args, code in (
-        (["-d", f"t={tmp_path / 't.jsonl'}"], "LC_E_MISSING_FIELD"),  # a table needs a column
-        (["-d", f"t={tmp_path / 't.jsonl'}", "--path-field", "nope"], "LC_E_MISSING_FIELD"),
-        (["-d", f"e={tmp_path / 'empty'}"], "LC_E_EMPTY_INPUT"),
-        (["-d", f"n={tmp_path / 'nope'}"], "LC_E_IO"),
+    (tmp_path / "h.csv").write_text("file\n")
+    for args, code, hint in (
+        (["-d", f"t={tmp_path / 't.jsonl'}"], "LC_E_MISSING_FIELD", ""),  # a table needs a column
+        (["-d", f"t={tmp_path / 't.jsonl'}", "--path-field", "nope"], "LC_E_MISSING_FIELD", ""),
+        (["-d", f"e={tmp_path / 'empty'}"], "LC_E_EMPTY_INPUT", "files with an image extension"),
+        (["-d", f"h={tmp_path / 'h.csv'}", "--path-field", "file"], "LC_E_EMPTY_INPUT",
+         "a table contributes one image per row"),
+        (["-d", f"n={tmp_path / 'nope'}"], "LC_E_IO", ""),
     ):
         rc, _, err = cli("images", *args, "--quiet")
         assert rc == 2 and len(err.strip().splitlines()) == 1, err
-        assert err.startswith(f"leakcheck-spark: error [{code}]"), err
+        assert err.startswith(f"leakcheck-spark: error [{code}]") and hint in err, err
 
 
 def test_without_imagehash_the_error_names_the_extra(cli, monkeypatch, tmp_path):
