@@ -58,9 +58,22 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises LC_E_USAGE instead of printing usage and exiting 2 itself."""
 
     command = ""  # set by main() so that errors raised by the top parser name the command
+    _argv: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         cmd = f"{PROG} {self.command} --help" if self.command else f"{PROG} --help"
+        if message.startswith("the following arguments are required"):
+            # argparse checks for required options before it reports unknown ones: `--tr` for
+            # --train (abbreviations are refused) would read as a missing --train.
+            words = self._argv[:self._argv.index("--")] if "--" in self._argv else self._argv
+            unknown = [w for w in words if w.startswith("--")
+                       and w.split("=", 1)[0] not in self._option_string_actions]
+            if unknown:
+                message = f"unrecognized arguments: {' '.join(unknown)}"
         raise LeakcheckError(errors.USAGE, message, f"run '{cmd}'")
 
 

@@ -1280,8 +1280,15 @@ def test_sources_that_would_be_misread_are_refused_before_spark_starts(data, mon
         Source("x", "train.jsonl", hf_split="train")
 
 
-def test_no_command_is_one_usage_line(cli):
+def test_no_command_or_an_abbreviated_required_option_is_one_usage_line(cli):
     rc, out, err = cli()
     assert (rc, out) == (2, "")
     assert err == ("leakcheck-spark: error [LC_E_USAGE]: no command given (hint: commands: audit, "
                    "clean, resplit, images, fingerprint, check; run 'leakcheck-spark --help')\n")
+    # The abbreviation is named, not the option it abbreviates as missing.
+    rc, out, err = cli("check", "--tr", "a.jsonl", "--eval", "b.jsonl")
+    assert (rc, out) == (2, "")
+    assert err == ("leakcheck-spark: error [LC_E_USAGE]: unrecognized arguments: --tr (hint: run "
+                   "'leakcheck-spark check --help')\n")
+    rc, _, err = cli("check", "--eval", "b.jsonl")
+    assert rc == 2 and "the following arguments are required: --train" in err
