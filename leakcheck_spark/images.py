@@ -185,8 +185,8 @@ def hash_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             try:
                 if content is None:
                     if path is None:
-                        raise ValueError("no path and no bytes (the bytes are null, or text "
-                                         "that is not base64)")
+                        raise ValueError("the row's image is null (for bytes: or text that "
+                                         "is not base64)")
                     content = _read_bytes(path)
                 hashes.append(dhash_bytes(content))
                 errs.append(None)
