@@ -1381,6 +1381,7 @@ def _nth_nonempty_line(spark: SparkSession, file: str, n: int) -> int | None:
         return found[0].line if found else None
     return None
 
+
 def _file_lines(spark: SparkSession, files: list[str]) -> DataFrame:
     """The lines of `files`, each split where the CSV read splits its rows (`line_ending`: a
     lone CR in an LF file is no line break), as ``value`` (Spark's text reader does not decode
