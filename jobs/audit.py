@@ -14,6 +14,6 @@ Python path, and the wheel alone would not bring pandas, pyarrow and datasketch 
 
 import sys
 
-from leakcheck_spark.cli import main
+from leakcheck_spark.cli import job
 
-sys.exit(main(["audit", *sys.argv[1:]]))
+sys.exit(job("audit"))

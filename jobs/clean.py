@@ -11,6 +11,6 @@ The environment is set up as for ``jobs/audit.py`` (README, "Running on a cluste
 
 import sys
 
-from leakcheck_spark.cli import main
+from leakcheck_spark.cli import job
 
-sys.exit(main(["clean", *sys.argv[1:]]))
+sys.exit(job("clean"))

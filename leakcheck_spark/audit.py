@@ -46,8 +46,11 @@ class Timer:
 
 def spark_action(fn):  # noqa: ANN001, ANN201 - a decorator
     """Run a function that triggers Spark actions, turning Spark's errors on bad input into
-    LeakcheckErrors (a corrupt file found late is still a one-line error, not a traceback)."""
+    LeakcheckErrors (a corrupt file found late is still a one-line error, not a traceback).
+    The wrapper keeps `fn`'s name, docstring and signature (``help()``, IDEs)."""
+    import functools
 
+    @functools.wraps(fn)
     def wrapped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         try:
             return fn(*args, **kwargs)
@@ -59,8 +62,6 @@ def spark_action(fn):  # noqa: ANN001, ANN201 - a decorator
                 raise
             raise err from None
 
-    wrapped.__name__ = fn.__name__
-    wrapped.__doc__ = fn.__doc__
     return wrapped
 
 

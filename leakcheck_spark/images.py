@@ -613,8 +613,6 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
     sources = as_sources(sources)
     check_sources(sources)
     spark = session_or_default(spark)
-    if not sources:
-        raise LeakcheckError(errors.USAGE, "no datasets given", "add -d NAME[:SPLIT]=SOURCE")
     for src in sources:
         if src.path.startswith(hf.PREFIX):
             raise LeakcheckError(errors.USAGE, f"images does not read Hugging Face datasets "

@@ -182,9 +182,14 @@ def check_sources(sources: Sequence[Source], splits: bool = True) -> None:
     configuration and HF split) is refused rather than read once: every record would match its own
     copy, and which of two identical specs a user meant to be something else is theirs to say.
 
+    No source at all is refused too, before a session is started for nothing.
+
     Raises:
-        LeakcheckError(LC_E_USAGE): naming the two specs.
+        LeakcheckError(LC_E_USAGE): naming the two specs, or for no source.
     """
+    if not sources:
+        raise LeakcheckError(USAGE, "no datasets given",
+                             "give at least one source (-d NAME[:SPLIT]=SOURCE)")
     seen: dict[tuple, Source] = {}
     for src in sources:
         key = (src.name, src.split, _place(src.path), src.config, src.hf_split)

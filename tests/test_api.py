@@ -259,3 +259,15 @@ def test_stages_compose_and_name_the_columns_they_miss(spark):
           "stage normalize.with_keys needs column text of records to be string, not int")
     fails(lambda: near.near_edges(records.withColumn("key", F.hex("key")), L.Options(near=True)),
           BAD_VALUE, "near.near_edges", "key", "binary, not string")
+
+
+def test_no_sources_is_a_usage_error_and_the_calls_keep_their_signatures():
+    import inspect
+
+    for call in (L.audit, L.resplit, L.fingerprint_sources):
+        with pytest.raises(L.LeakcheckError) as info:
+            call([])
+        assert (info.value.code, info.value.message) == (USAGE, "no datasets given"), call
+    # help() and IDEs see the parameters through the wrapper that translates Spark's errors.
+    assert list(inspect.signature(L.audit).parameters) == ["sources", "options", "spark"]
+    assert "dedup" in inspect.signature(L.clean).parameters
