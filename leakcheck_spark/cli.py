@@ -771,7 +771,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    as_json = "--json" in argv
+
+    def wants_json(words: Sequence[str]) -> bool:  # errors as JSON, as the report
+        return any(w == "--json" or w.startswith("--json=") for w in words)
+
+    as_json = wants_json(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
     log = logging.getLogger("leakcheck_spark")
@@ -782,6 +786,7 @@ def _main(argv: Sequence[str] | None) -> int:
         _Parser.command = argv[0] if argv and argv[0] in COMMANDS else ""
         config_file = config.split_config(argv)[0]
         argv = expand_config(argv)
+        as_json = wants_json(argv)  # also when the config file sets json
         args = build_parser().parse_args(argv)
         # expand_config takes --config FILE out of argv; the file is an input of the run all
         # the same, which check_outputs must know of.

@@ -61,9 +61,17 @@ def load(path: str) -> dict:
 
     try:
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            data = fh.read()
     except OSError as exc:
         raise LeakcheckError(errors.IO, f"cannot read config {path}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8-sig")  # a BOM is accepted, as in the inputs
+    except UnicodeDecodeError as exc:
+        raise LeakcheckError(errors.BAD_FORMAT, f"config {path} is not UTF-8 ({exc.reason} at "
+                             f"byte {exc.start + 1})", "TOML files are UTF-8: convert the file "
+                             "(e.g. iconv -f ITS-ENCODING -t UTF-8)") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise LeakcheckError(errors.BAD_FORMAT, f"bad TOML in config {path}: {exc}",
                              "see https://toml.io; the README shows an example") from None

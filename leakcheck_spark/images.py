@@ -50,6 +50,7 @@ from leakcheck_spark.sources import (
     read_csv,
     read_inputs,
     read_parquet,
+    read_table,
 )
 
 if TYPE_CHECKING:
@@ -446,7 +447,7 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
     from pyspark.sql import types as T
 
     if src.path.startswith(TABLE_PREFIX):
-        df = read_inputs(spark).table(src.path[len(TABLE_PREFIX):])
+        df = read_table(spark, src.path[len(TABLE_PREFIX):], src)
     else:
         low = src.path.lower()
         fmt = next(v for ext, v in TABLE_EXTENSIONS.items() if low.endswith(ext))

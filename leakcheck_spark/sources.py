@@ -604,6 +604,40 @@ def canonical_label_series(values: pd.Series, kind: str) -> pd.Series:
 # Reading one source
 
 
+def _check_bzip2(spark: SparkSession, files: list[str]) -> None:
+    """Raise BAD_FORMAT for a ``.bz2`` file that is not bzip2 data: Hadoop's codec reads one as
+    no lines at all, without a word, where a fake ``.gz`` is an error.  Each file's first bytes
+    are read on the driver through the Hadoop FileSystem (eight at a time); an empty file is an
+    empty file.  Not under Spark Connect, which has no JVM here."""
+    if not files or is_connect(spark):
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def head(file: str) -> bytes | None:
+        try:
+            path = jvm.org.apache.hadoop.fs.Path(file)
+            stream = path.getFileSystem(conf).open(path)
+        except Exception:  # noqa: BLE001 - the read itself reports an unreadable file
+            return None
+        try:
+            return bytes(stream.readNBytes(3))
+        except Exception:  # noqa: BLE001 - as above
+            return None
+        finally:
+            stream.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        for file, magic in zip(files, pool.map(head, files)):
+            if magic and magic != b"BZh":
+                raise LeakcheckError(
+                    errors.BAD_FORMAT, f"cannot read {errors.display_path(file)}: its name "
+                    "ends in .bz2, but it is not bzip2 data", "name the file for what it holds "
+                    "(or compress it with bzip2)")
+
+
 def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = False,
                 derived: Derived = NOTHING_DERIVED) -> SourceFrame:
     """Read one source's files into parsed (not yet numbered) rows, one part per format, with
@@ -624,6 +658,7 @@ def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = F
             "line has no fields", f"switch it off for this dataset with -o {src.name}.id= "
             "(its ids are then the row index)",
         )
+    _check_bzip2(spark, [uri for uri, _ in files if uri.lower().endswith(".bz2")])
     frame = SourceFrame(src, index)
     by_format: dict[str, list[str]] = {}
     for uri, fmt in files:
@@ -1118,17 +1153,34 @@ def check_csv_header(spark: SparkSession, file: str, name: str | None) -> None:
             "give each column of the header its own name")
 
 
-def _catalog_table(spark: SparkSession, name: str, src: Source) -> DataFrame:
-    """A catalog table, checked to be backed by files: rows are numbered by their position in
-    the table's files (path, then offset), which needs Spark's ``_metadata`` file columns."""
+def read_table(spark: SparkSession, name: str, src: Source) -> DataFrame:
+    """The catalog table `name` of ``table:NAME`` source `src`.
+
+    Raises:
+        LeakcheckError: LC_E_BAD_SPEC for a name Spark cannot parse (or resolve as one), LC_E_IO
+            for a table that does not exist.
+    """
     try:
-        df = read_inputs(spark).table(name)
+        return read_inputs(spark).table(name)
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
-        if "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
+        text = str(exc)
+        if not name.strip() or any(k in text for k in (
+                "PARSE_", "ParseException", "REQUIRES_SINGLE_PART_NAMESPACE",
+                "INVALID_IDENTIFIER", "IDENTIFIER_TOO_MANY_NAME_PARTS")):
+            raise LeakcheckError(errors.BAD_SPEC, f"bad table name {name!r} ({src.label})",
+                                 "give table:NAME, NAME as [catalog.]schema.table (quote a part "
+                                 "with `backticks` if it holds dots or spaces)") from None
+        if "TABLE_OR_VIEW_NOT_FOUND" in text or "not found" in text.lower():
             raise LeakcheckError(errors.IO, f"no such table: {name} ({src.label})",
                                  "check the name with SHOW TABLES (catalog.schema.table "
                                  "names work too)") from None
         raise _translate(exc) from None
+
+
+def _catalog_table(spark: SparkSession, name: str, src: Source) -> DataFrame:
+    """A catalog table, checked to be backed by files: rows are numbered by their position in
+    the table's files (path, then offset), which needs Spark's ``_metadata`` file columns."""
+    df = read_table(spark, name, src)
     try:
         _ = df.select("_metadata.file_path", "_metadata.file_block_start").schema
     except Exception:  # noqa: BLE001 - a view or a table that is not backed by files

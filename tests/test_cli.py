@@ -107,6 +107,14 @@ def bad_gz(d):
     return f"x={d / 'x.jsonl.gz'}"
 
 
+def fake_bz2(d):
+    # Hadoop's codec read a file that is not bzip2 as no lines: its records were lost silently.
+    (d / "fk").mkdir()
+    write_jsonl(d / "fk" / "a.jsonl", [{"func": "a"}])
+    (d / "fk" / "b.jsonl.bz2").write_text('{"func": "b"}\n', encoding="utf-8")
+    return f"x={d / 'fk'}"
+
+
 def bad_jsonl(d):
     (d / "x.jsonl").write_text('{"func": "a"}\n\n{"func": "b",}\n', encoding="utf-8")
     return f"x={d / 'x.jsonl'}"
@@ -154,6 +162,7 @@ def write(name, text):
      "end with a lone CR"),
     (bad_utf8, [], "LC_E_BAD_FORMAT", "invalid UTF-8"),
     (bad_gz, [], "LC_E_BAD_FORMAT", "x.jsonl.gz"),
+    (fake_bz2, [], "LC_E_BAD_FORMAT", "b.jsonl.bz2: its name ends in .bz2, but it is not bzip2"),
     (bad_parquet, [], "LC_E_BAD_FORMAT", "x.parquet"),
     (write("x.xml", "<a/>"), [], "LC_E_BAD_FORMAT", "unsupported"),
     (lambda d: f"x={d / 'missing.jsonl'}", [], "LC_E_IO", "missing.jsonl"),

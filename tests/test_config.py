@@ -61,10 +61,13 @@ def test_command_line_flags_win_over_the_file(tmp_path):
     ("near = 1", "LC_E_BAD_VALUE", "expected true or false"),
     ("threshold = true", "LC_E_BAD_VALUE", "expected a string or a number"),
     ("[table]\nx = 1", "LC_E_USAGE", "unknown key 'table'"),
+    (b'text-field = "\xff"', "LC_E_BAD_FORMAT", "is not UTF-8 (invalid start byte at byte 15)"),
 ])
 def test_bad_config_is_one_error_line(cli, tmp_path, text, code, words):
     cfg = tmp_path / "job.toml"
-    if text is not None:
+    if isinstance(text, bytes):
+        cfg.write_bytes(text + b"\n")
+    elif text is not None:
         cfg.write_text(text + "\n")
     rc, out, err = cli("audit", "--config", cfg, "-d", "a=x.jsonl", "--text-field", "t")
     assert rc == 2 and not out and len(err.strip().splitlines()) == 1
@@ -113,3 +116,12 @@ def test_spark_profiles_are_properties_files(name):
     assert lines and all(len(kv) == 2 and kv[0].startswith("spark.") for kv in lines)
     keys = [k for k, _ in lines]
     assert len(keys) == len(set(keys))
+
+
+def test_a_config_may_start_with_a_bom_and_its_json_makes_errors_json(cli, tmp_path):
+    cfg = tmp_path / "job.toml"
+    cfg.write_bytes(b'\xef\xbb\xbfjson = "-"\noverrides = ["a.foo=1"]\n')
+    for argv in (("--config", cfg), ("--json=" + str(tmp_path / "r.json"), "-o", "a.foo=1")):
+        rc, out, err = cli("audit", *argv, "-d", "a=x.jsonl", "--text-field", "t")
+        assert (rc, out) == (2, "")
+        assert json.loads(err)["error"]["code"] == "LC_E_BAD_SPEC", err

@@ -240,6 +240,10 @@ def test_catalog_table_errors(spark, cli):
     code, _, err = cli("audit", "-d", "d:train=table:lc_mem_view", "--text-field", "t")
     assert code == 2 and "[LC_E_USAGE]" in err and "not backed by files" in err
     assert len(err.strip().splitlines()) == 1
+    for name in ("", "a b", "x.", "a.b.c.d"):  # was "unexpected failure: ParseException ..."
+        code, _, err = cli("audit", "-d", f"d:train=table:{name}", "--text-field", "t")
+        assert code == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_SPEC]: bad table "
+                                            f"name {name!r} (d:train=table:{name})"), err
 
 
 def test_derived_columns_are_the_same_on_every_read_path(spark, tmp_path):
