@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.paths import is_local, local_path, spark_uri
-from leakcheck_spark.session import is_connect
+from leakcheck_spark.session import is_connect, session_conf
 from leakcheck_spark.sources import CSV_DIALECT
 
 if TYPE_CHECKING:
@@ -330,17 +330,12 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
 
 def _write(spark: SparkSession, action: Callable[[], None]) -> None:
     """Run the write `action` (:func:`_spark_action`) with Parquet timestamps written as
-    microseconds, the session's own setting back in place after."""
+    microseconds, unless the session sets how itself (e.g. INT96 for an old reader); unset
+    again after."""
     key, value = _PARQUET_TIME
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, value)
-    try:
+    settings = {} if spark.conf.get(key, None) is not None else {key: value}  # else its choice
+    with session_conf(spark, settings):
         _spark_action(action)
-    finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
 
 
 def write_json_lines(df: DataFrame, path: str) -> None:

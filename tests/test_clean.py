@@ -88,7 +88,7 @@ def test_clean_csv_keeps_columns_and_values(cli, tmp_path):
         assert list(csv.reader(fh)) == [rows[0], rows[1], rows[3]]
 
 
-def test_clean_parquet_keeps_schema_and_order(cli, tmp_path):
+def test_clean_parquet_keeps_schema_and_order(spark, cli, tmp_path):
     # Timestamps keep their microseconds and their type, with a time zone or without.
     when = [datetime.datetime(2024, 1, 2, 3, 4, 5, 123456 + i) for i in range(5)]
     table = pa.table({"k": pa.array([5, 4, 3, 2, 1], pa.int32()),
@@ -114,6 +114,13 @@ def test_clean_parquet_keeps_schema_and_order(cli, tmp_path):
                     else [json.loads(line) for line in fh])
         assert [(datetime.datetime.fromisoformat(r["ts"]), datetime.datetime.fromisoformat(r["tz"]))
                 for r in rows] == [(r["ts"], r["tz"]) for r in kept], name
+    # A session that sets how Parquet stores timestamps (an old reader's INT96) keeps its choice.
+    with spark_conf(spark, **{"spark.sql.parquet.outputTimestampType": "INT96"}):
+        code, _, _ = cli("clean", "--test", f"t={tmp_path / 't.parquet'}", "--against",
+                         f"a={tmp_path / 'a.txt'}", "--text-field", "src", "--out",
+                         tmp_path / "old.parquet")
+    assert code == 0 and pq.read_table(tmp_path / "old.parquet").schema.field("tz").type == (
+        pa.timestamp("ns"))
 
 
 def test_clean_to_a_directory_in_format(cli, tmp_path):
