@@ -776,6 +776,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return any(w == "--json" or w.startswith("--json=") for w in words)
 
     as_json = wants_json(argv)
+    config_file = None
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
     log = logging.getLogger("leakcheck_spark")
@@ -803,7 +804,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except LeakcheckError as err:
         if _TERMINATED.is_set():
             return _interrupted(True)
-        _print_error(err, as_json)
+        # An error in the config file itself is JSON too when the file sets json.
+        _print_error(err, as_json or config.sets_json(config_file))
         return 2
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a stack trace
         if _TERMINATED.is_set():

@@ -27,6 +27,8 @@ from leakcheck_spark.errors import LeakcheckError
 
 # Config keys for flags that have only a short form.
 _ALIASES = {"datasets": "-d", "overrides": "-o"}
+# What a numeric flag's value must be (a string of one, as on the command line, is accepted).
+_NUMBERS = {int: "an integer", float: "a number"}
 
 
 def split_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -100,13 +102,43 @@ def to_flags(table: dict, parser: argparse.ArgumentParser, path: str) -> list[st
         for v in values:
             if switch and isinstance(v, bool):
                 flags += [opt] if v else []
-            elif not switch and isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            elif not switch and _fits(v, action.type):
                 flags += [opt, str(v)]
             else:
                 want = ("true or false" if switch else
-                        "a list of strings" if repeatable else "a string or a number")
+                        "a list of strings" if repeatable else _NUMBERS.get(
+                            action.type, "a string or a number"))
                 raise LeakcheckError(errors.BAD_VALUE,
                                      f"{raw_key} = {value!r} in config {path}: expected {want}",
                                      f"{raw_key} = true turns {opt} on" if switch else
+                                     f"{raw_key} = N stands for {opt} N"
+                                     if action.type in _NUMBERS else
                                      f"{raw_key} = \"VALUE\" stands for {opt} VALUE")
     return flags
+
+
+def _fits(value: object, kind: object) -> bool:
+    """Whether a config value can stand for a flag's argument: a string or a number, and one
+    the flag's numeric type reads (``num-perm = "x"`` is named here, not by argparse)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return False
+    if kind not in _NUMBERS:
+        return True
+    try:
+        kind(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def sets_json(path: str | None) -> bool:
+    """Whether the config file at `path` turns ``json`` on (for an error found while reading
+    the rest of it); False when there is none or it cannot be read."""
+    if path is None:
+        return False
+    try:
+        table = load(path)
+    except LeakcheckError:
+        return False
+    return any(key.replace("_", "-") == "json" and value not in (False, None)
+               for key, value in table.items())

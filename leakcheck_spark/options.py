@@ -171,6 +171,13 @@ def as_sources(sources: Source | Iterable[Source], what: str = "sources") -> lis
     return items
 
 
+def require_sources(sources: Sequence[Source]) -> None:
+    """Refuse an empty list of sources (LC_E_USAGE)."""
+    if not sources:
+        raise LeakcheckError(USAGE, "no datasets given",
+                             "give at least one source (-d NAME[:SPLIT]=SOURCE)")
+
+
 def check_sources(sources: Sequence[Source], splits: bool = True) -> None:
     """Refuse sources that would be read into groups other than the user meant, before any work.
 
@@ -187,9 +194,7 @@ def check_sources(sources: Sequence[Source], splits: bool = True) -> None:
     Raises:
         LeakcheckError(LC_E_USAGE): naming the two specs, or for no source.
     """
-    if not sources:
-        raise LeakcheckError(USAGE, "no datasets given",
-                             "give at least one source (-d NAME[:SPLIT]=SOURCE)")
+    require_sources(sources)
     seen: dict[tuple, Source] = {}
     for src in sources:
         key = (src.name, src.split, _place(src.path), src.config, src.hf_split)

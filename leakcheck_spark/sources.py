@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 from leakcheck_spark import errors, hf
 from leakcheck_spark.errors import LeakcheckError, encode_row_error
 from leakcheck_spark.labels import canonical_label, display_label, from_typed_string
-from leakcheck_spark.options import DEFAULT_SPLIT, Options, Source
+from leakcheck_spark.options import DEFAULT_SPLIT, Options, Source, require_sources
 from leakcheck_spark.paths import spark_uri
 from leakcheck_spark.session import is_connect
 from leakcheck_spark.udf import series_udf
@@ -1651,7 +1651,7 @@ def read_records(spark: SparkSession, sources: list[Source], opts: Options,
                  ) -> tuple[DataFrame, list[SourceFrame], Blocks]:
     """Read and check every source; return all records as one DataFrame (RECORD_COLUMNS, plus
     `key`, `unit` and `fp` when `derived` adds them)."""
-    _check_names(sources)
+    require_sources(sources)
     frames: list[SourceFrame] = []
     try:
         for i, src in enumerate(sources):
@@ -1669,8 +1669,3 @@ def read_records(spark: SparkSession, sources: list[Source], opts: Options,
             frame.unpersist()
         raise
     return records, frames, blocks
-
-
-def _check_names(sources: list[Source]) -> None:
-    if not sources:
-        raise LeakcheckError(errors.USAGE, "no datasets given", "add -d NAME[:SPLIT]=SOURCE")

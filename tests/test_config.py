@@ -59,7 +59,10 @@ def test_command_line_flags_win_over_the_file(tmp_path):
     ("near = [", "LC_E_BAD_FORMAT", "bad TOML"),
     ("nearr = true", "LC_E_USAGE", "unknown key 'nearr'"),
     ("near = 1", "LC_E_BAD_VALUE", "expected true or false"),
-    ("threshold = true", "LC_E_BAD_VALUE", "expected a string or a number"),
+    ("threshold = true", "LC_E_BAD_VALUE", "expected a number"),
+    ("num-perm = \"x\"", "LC_E_BAD_VALUE", "an integer (hint: num-perm = N stands for --num-perm N)"),
+    ("shingle = 1.5", "LC_E_BAD_VALUE", "shingle = 1.5 in config "),
+    ("text-field = []", "LC_E_BAD_VALUE", "expected a string or a number"),
     ("[table]\nx = 1", "LC_E_USAGE", "unknown key 'table'"),
     (b'text-field = "\xff"', "LC_E_BAD_FORMAT", "is not UTF-8 (invalid start byte at byte 15)"),
 ])
@@ -125,3 +128,12 @@ def test_a_config_may_start_with_a_bom_and_its_json_makes_errors_json(cli, tmp_p
         rc, out, err = cli("audit", *argv, "-d", "a=x.jsonl", "--text-field", "t")
         assert (rc, out) == (2, "")
         assert json.loads(err)["error"]["code"] == "LC_E_BAD_SPEC", err
+
+
+@pytest.mark.parametrize("bad", ['num_perm = "many"', "near = 1"])
+def test_an_error_in_a_config_that_sets_json_is_json(cli, tmp_path, bad):
+    cfg = tmp_path / "job.toml"
+    cfg.write_text(f"json = true\n{bad}\n")
+    rc, out, err = cli("audit", "--config", cfg, "-d", "a=x.jsonl", "--text-field", "t")
+    assert (rc, out) == (2, "")
+    assert json.loads(err)["error"]["code"] == "LC_E_BAD_VALUE", err
