@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 PROG = "leakcheck-spark"
 OVERRIDE_KEYS = ("text", "label", "split", "id", "config", "hf_split")
+IMAGE_OVERRIDE_KEYS = ("split", "id")  # images read no text or label, nor hf: sources
 COMMANDS = ("audit", "clean", "resplit", "images", "fingerprint", "check")
 # The flags that name something a run writes (attribute of the parsed args, flag); the last two
 # are single JSON files.
@@ -98,10 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
             g.add_argument("--text-field", metavar="F", help="field holding the text (not .txt)")
             g.add_argument("--label-field", metavar="F", help="field holding the label")
         g.add_argument("--split-field", metavar="F", help="field holding the split")
-        g.add_argument("--id-field", metavar="F", help="field holding the id (default: row index)")
+        g.add_argument("--id-field", metavar="F", help="field holding the id (default: "
+                       + ("row index)" if text else "the image's path as given)"))
+        keys = OVERRIDE_KEYS if text else IMAGE_OVERRIDE_KEYS
         g.add_argument("-o", dest="overrides", action="append", default=[],
                        metavar="NAME.KEY=VALUE",
-                       help=f"per-dataset field override; KEY = {'|'.join(OVERRIDE_KEYS)}")
+                       help=f"per-dataset field override; KEY = {'|'.join(keys)}")
         return g
 
     def matching(p: argparse.ArgumentParser, *threshold_aliases: str) -> None:
@@ -186,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--threshold", type=int, default=5, metavar="T",
                    help="near-duplicates: Hamming distance of the 64-bit hashes <= T (0..63)")
     i.add_argument("--out-dir", metavar="DIR",
-                   help="write report.json, overlaps/, leaked_groups/, unreadable/")
+                   help="write report.json, overlaps/, leaked_groups/, unreadable/, hashes/")
     i.add_argument("--resplit-out", metavar="PATH",
                    help="write the leak-free split assignment (one row per image)")
     priority(i, " for --resplit-out")
@@ -250,8 +253,10 @@ def parse_source(spec: str, args: argparse.Namespace) -> Source:
                   id_field=args.id_field)
 
 
-def apply_overrides(sources: list[Source], overrides: Sequence[str]) -> list[Source]:
-    """Apply ``-o NAME.KEY=VALUE`` to the sources of dataset NAME (empty VALUE: field off)."""
+def apply_overrides(sources: list[Source], overrides: Sequence[str],
+                    keys: Sequence[str] = OVERRIDE_KEYS) -> list[Source]:
+    """Apply ``-o NAME.KEY=VALUE`` to the sources of dataset NAME (empty VALUE: field off); a
+    KEY not in `keys` (what the command reads) is LC_E_BAD_SPEC."""
 
     names = {s.name for s in sources}
     fields = {"text": "text_field", "label": "label_field", "split": "split_field",
@@ -262,9 +267,9 @@ def apply_overrides(sources: list[Source], overrides: Sequence[str]) -> list[Sou
         if not eq or not dot or not name:
             raise LeakcheckError(errors.BAD_SPEC, f"bad override {item!r}",
                                  "write -o NAME.KEY=VALUE, e.g. -o primevul.id=idx")
-        if key not in fields:
+        if key not in keys:
             raise LeakcheckError(errors.BAD_SPEC, f"unknown key {key!r} in -o {item}",
-                                 f"KEY is one of {', '.join(OVERRIDE_KEYS)}")
+                                 f"KEY is one of {', '.join(keys)}")
         if name not in names:
             raise LeakcheckError(errors.BAD_SPEC, f"-o {item} names dataset {name!r}, which was "
                                  "not given", f"datasets given: {', '.join(sorted(names))}")
@@ -625,7 +630,8 @@ def run_images(args: argparse.Namespace) -> int:
 
     if not args.datasets:
         raise LeakcheckError(errors.USAGE, "images needs at least one -d NAME[:SPLIT]=SOURCE")
-    sources = apply_overrides([parse_source(d, args) for d in args.datasets], args.overrides)
+    sources = apply_overrides([parse_source(d, args) for d in args.datasets], args.overrides,
+                              IMAGE_OVERRIDE_KEYS)
     check_sources(sources)
     options = ImageOptions(threshold=args.threshold, path_field=args.path_field,
                            bytes_field=args.bytes_field, format=args.format)

@@ -80,10 +80,12 @@ def render(report: dict, top: int = 10) -> str:
     lines: list[str] = []
     groups = report["groups"]
     lines.append("groups")
-    cols = ["images", "unreadable"] if "leaked_groups" in report else ["records", "empty"]
+    is_images = "leaked_groups" in report
+    cols = ["images", "unreadable"] if is_images else ["records", "empty"]
     lines += _table(["group", *cols],
                     [[g, *[f"{v[c]:,}" for c in cols]] for g, v in groups.items()])
-    for title, key in (("split x split (row: records of A that occur in B)", "split_matrix"),
+    row = "images of A near an image of B" if is_images else "records of A that occur in B"
+    for title, key in ((f"split x split (row: {row})", "split_matrix"),
                        ("dataset x dataset", "dataset_matrix")):
         m = report[key]
         names = list(m)

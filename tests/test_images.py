@@ -329,6 +329,9 @@ def test_hamming_distance_forms():
     (["--threshold", "64"], "LC_E_USAGE"),
     (["--threshold", "-1"], "LC_E_USAGE"),
     (["--priority", "a,a"], "LC_E_USAGE"),
+    # images read no text or label: such an override would be ignored
+    (["-o", "p.label=y"], "LC_E_BAD_SPEC"),
+    (["-o", "p.text=y"], "LC_E_BAD_SPEC"),
 ])
 def test_bad_flags(cli, pictures, args, code):
     rc, _, err = cli("images", "-d", f"p={pictures / 'train'}", *args)
