@@ -13,6 +13,7 @@ from leakcheck_spark.fingerprint import FP_COLUMN, fingerprints
 from leakcheck_spark.near import near_progress, unit_match_edges
 from leakcheck_spark.normalize import key_column, unit_column
 from leakcheck_spark.options import Options, Source, as_options, as_sources, check_sources
+from leakcheck_spark.session import release
 from leakcheck_spark.sources import Derived, read_records
 
 if TYPE_CHECKING:
@@ -129,14 +130,24 @@ class AuditResult:
         log.info("wrote %s (%.1f s)", out_dir, time.monotonic() - t)
 
 
-def keyed(options: Options, fingerprint: bool = True) -> Derived:
+def keyed(options: Options, fingerprint: bool = True, whole_text: bool = False) -> Derived:
     """What the read derives: each record's `key` (and its fingerprint digest `fp`, of the whole
-    text: not cut by --max-chars, it names the data).  Past keying, exact matching only shows a
-    conflict's sample text (200 characters): keeping just that much keeps the cached input small.
-    ``--near`` signs the full texts, so they stay."""
+    text: not cut by --max-chars, it names the data), keeping :func:`text_kept` of each text
+    (all of it with `whole_text`)."""
     keys = key_columns(options)
     return Derived((*keys, FP_COLUMN) if fingerprint else keys,
-                   None if options.near else match.SAMPLE_TEXT_CHARS)
+                   None if whole_text else text_kept(options))
+
+
+def text_kept(options: Options) -> int | None:
+    """How many characters of each text the read keeps past keying (None: all).  Exact matching
+    only shows a conflict's sample text (200 characters): keeping just that much keeps the cached
+    input small.  ``--near`` signs the texts after --max-chars (SPEC section 4), so that much
+    stays, or all of a text without --max-chars: a 300 MB text cut to 10,000 characters is not
+    held whole by the cache and every stage it passes through."""
+    if not options.near:
+        return match.SAMPLE_TEXT_CHARS
+    return None if options.max_chars is None else max(options.max_chars, match.SAMPLE_TEXT_CHARS)
 
 
 def key_columns(options: Options) -> tuple:
@@ -210,8 +221,7 @@ def audit(sources: Sequence[Source], options: Options | None = None,
         prints = fingerprints(records, counts={g: v["records"] for g, v in groups.items()})
         timer.lap("fingerprints", f"fingerprints: {counted(len(prints), 'group')}")
     except BaseException:
-        for df in [*cached, *([reached] if reached is not None else [])]:
-            df.unpersist()
+        release([*cached, *([reached] if reached is not None else [])])
         raise
     return AuditResult(
         sources, options, groups, split_m, dataset_m, overlaps, conflicts,

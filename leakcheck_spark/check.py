@@ -37,6 +37,7 @@ from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.fingerprint import FP_COLUMN, FP_VERSION, fingerprints
 from leakcheck_spark.minhash import word_grams
 from leakcheck_spark.options import MAX_LENGTH, Options, Source
+from leakcheck_spark.session import release
 from leakcheck_spark.sources import Derived
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ def gram_rows(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.RecordBa
 def _derived(options: Options) -> Derived:
     """The fingerprint digest `fp` (and the SPEC section 4 `key` with near matching); the full
     text stays, for the n-grams."""
-    return keyed(options) if options.near else Derived((FP_COLUMN,))
+    return keyed(options, whole_text=True) if options.near else Derived((FP_COLUMN,))
 
 
 def check_n(n: object) -> None:
@@ -303,8 +304,7 @@ def check(train: Sequence[Source | str], eval_source: Source | str, n: int = DEF
                            + ("" if near_hits is None else f", near {near_hits:,}"))
         samples = _samples(per_record, int_ids)
     except BaseException:
-        for df in cached:
-            df.unpersist()
+        release(cached)
         raise
     return CheckResult(
         train, eval_source, n, options, n_train, n_eval,

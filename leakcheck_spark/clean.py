@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from leakcheck_spark import errors, match, outputs
-from leakcheck_spark.audit import Timer, counted, key_columns, spark_action
+from leakcheck_spark.audit import Timer, counted, key_columns, spark_action, text_kept
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import near_progress, unit_match_edges
 from leakcheck_spark.options import Options, Source, as_options, as_sources, check_sources
 from leakcheck_spark.report import native_id
+from leakcheck_spark.session import release
 from leakcheck_spark.sources import (
     RECORD_COLUMNS,
     Derived,
@@ -148,7 +149,7 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
             "name it with --label-field NAME (or -o NAME.label=FIELD)")
     spark = session_or_default(spark)
     timer = Timer()
-    keyed = Derived(key_columns(options))
+    keyed = Derived(key_columns(options), text_kept(options))
     # Everything cached on the way is released if the clean fails (a bad row of an --against
     # source, a failed near stage): in a long-lived session nothing else could release it.
     frames, near_cached, decided = [], [], None
@@ -186,9 +187,8 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
             if r.reason is not None:
                 counts[r.reason] = r["count"]
     except BaseException:
-        for df in [*(part for frame in frames for _, part in frame.parts), *near_cached,
-                   *([decided] if decided is not None else [])]:
-            df.unpersist()
+        release([*(part for frame in frames for _, part in frame.parts), *near_cached,
+                 *([decided] if decided is not None else [])])
         raise
     dropped = sum(counts.values())
     counts = {"kept": total - dropped, "dropped": dropped, **counts}

@@ -24,6 +24,7 @@ from leakcheck_spark.components import connected_components
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.near import near_edges, near_progress
 from leakcheck_spark.options import Options, Source, as_options, as_sources, check_sources
+from leakcheck_spark.session import release
 from leakcheck_spark.sources import read_records
 
 if TYPE_CHECKING:
@@ -193,8 +194,7 @@ def resplit(sources: Sequence[Source], options: Options | None = None,
                              f"{summary['spanning_groups']:,} spanning splits, "
                              f"{summary['moved_records']:,} records moved")
     except BaseException:
-        for df in cached:
-            df.unpersist()
+        release(cached)
         raise
     for df in cached:  # the assignment is cached and counted: the inputs are no longer needed
         df.unpersist()

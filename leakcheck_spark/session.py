@@ -20,7 +20,7 @@ from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 # Shuffle partitions of a session built on one machine: at least 16 (measured on 2 cores, 4, 8
 # and 16 partitions give the same walls within noise at 100k-1M records: benchmarks/RESULTS.md),
@@ -396,3 +396,14 @@ def session_conf(spark: SparkSession, settings: dict) -> Iterator[None]:
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, v)
+
+
+def release(frames: Iterable[DataFrame]) -> None:
+    """Unpersist the cached `frames` of a run that is failing.  A failure to (Spark's JVM
+    already gone: out of memory, killed) must not replace the run's own error, which the caller
+    re-raises."""
+    for df in frames:
+        try:
+            df.unpersist()
+        except Exception:  # noqa: BLE001, S112 - the run's own error is the one to report
+            continue

@@ -31,20 +31,22 @@ import json
 import re
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
 
 from leakcheck_spark import errors, hf
 from leakcheck_spark.errors import LeakcheckError, encode_row_error
 from leakcheck_spark.labels import canonical_label, display_label, from_typed_string
 from leakcheck_spark.options import DEFAULT_SPLIT, Options, Source, require_sources
 from leakcheck_spark.paths import spark_uri
-from leakcheck_spark.session import is_connect
+from leakcheck_spark.session import is_connect, release
 from leakcheck_spark.udf import series_udf
 
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
     from pyspark.sql.types import StructType
+
+T = TypeVar("T")
 
 RECORD_COLUMNS = ("dataset", "split", "group", "id", "row", "text", "label", "label_canon",
                   "id_num")
@@ -131,9 +133,8 @@ class SourceFrame:
     original_columns: dict[str, list[str]] = field(default_factory=dict)  # tabular formats
 
     def unpersist(self) -> None:
-        """Release the cached parsed rows."""
-        for _, part in self.parts:
-            part.unpersist()
+        """Release the cached parsed rows (quietly when Spark is gone: :func:`release`)."""
+        release(part for _, part in self.parts)
 
 
 # A column derived from each record's text: (name, ``pd.Series of texts -> pd.Series``, type).
@@ -611,8 +612,6 @@ def _check_bzip2(spark: SparkSession, files: list[str]) -> None:
     empty file.  Not under Spark Connect, which has no JVM here."""
     if not files or is_connect(spark):
         return
-    from concurrent.futures import ThreadPoolExecutor
-
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
 
@@ -629,13 +628,24 @@ def _check_bzip2(spark: SparkSession, files: list[str]) -> None:
         finally:
             stream.close()
 
+    for file, magic in zip(files, per_file(head, files)):
+        if magic and magic != b"BZh":
+            raise LeakcheckError(
+                errors.BAD_FORMAT, f"cannot read {errors.display_path(file)}: its name ends in "
+                ".bz2, but it is not bzip2 data", "name the file for what it holds (or compress "
+                "it with bzip2)")
+
+
+def per_file(fn: Callable[[str], T], files: list[str]) -> list[T]:
+    """`fn` of each of `files`, in order, eight at a time: each is a driver-side open (a remote
+    one on object storage), and thousands of files one after another would keep the run waiting
+    before its first job."""
+    if len(files) < 2:
+        return [fn(f) for f in files]
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(8) as pool:
-        for file, magic in zip(files, pool.map(head, files)):
-            if magic and magic != b"BZh":
-                raise LeakcheckError(
-                    errors.BAD_FORMAT, f"cannot read {errors.display_path(file)}: its name "
-                    "ends in .bz2, but it is not bzip2 data", "name the file for what it holds "
-                    "(or compress it with bzip2)")
+        return list(pool.map(fn, files))
 
 
 def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = False,
@@ -920,8 +930,8 @@ def _by_line_ending(spark: SparkSession, files: list[str]) -> dict[str | None, l
     """`files` grouped by their `line_ending` (in the order each ending first appears), each
     group in the order given: the parts a CSV read uses one Spark lineSep for."""
     by_ending: dict[str | None, list[str]] = {}
-    for file in files:
-        by_ending.setdefault(line_ending(spark, file), []).append(file)
+    for file, ending in zip(files, per_file(lambda f: line_ending(spark, f), files)):
+        by_ending.setdefault(ending, []).append(file)
     return by_ending
 
 

@@ -890,6 +890,26 @@ def test_a_jvm_that_dies_mid_run_is_one_error_line_and_leaves_no_output(data):
     assert sorted(p.name for p in data.iterdir()) == ["test.jsonl", "train.jsonl"]
 
 
+def test_a_failed_runs_cache_is_released_without_hiding_its_error(spark):
+    # A JVM out of memory fails the unpersist of the failed run's cache too (a Py4JJavaError
+    # "calling o101.unpersist"), which replaced the run's own error: release() goes on quietly.
+    from leakcheck_spark.session import release
+
+    class Gone:
+        def __init__(self) -> None:
+            self.tried = False
+
+        def unpersist(self) -> None:
+            self.tried = True
+            raise RuntimeError("An error occurred while calling o101.unpersist")
+
+    cached = spark.range(3).cache()
+    cached.count()
+    frames = [Gone(), cached, Gone()]
+    release(frames)
+    assert frames[0].tried and frames[2].tried and not cached.is_cached
+
+
 def test_a_python_worker_that_crashes_is_one_io_error_line(spark, tmp_path):
     # The OOM killer (here: SIGKILL) ending a task's Python worker: LC_E_IO with a hint, not
     # "unexpected failure: Py4JJavaError ... a bug in leakcheck-spark".

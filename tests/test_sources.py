@@ -249,7 +249,8 @@ def test_catalog_table_errors(spark, cli):
 def test_derived_columns_are_the_same_on_every_read_path(spark, tmp_path):
     # JSON lines and lists compute keys and digests in the pass that parses them; Parquet gets
     # them as pandas UDFs.  The exact audit keeps 200 characters of a text (characters, not
-    # bytes: the long text is 2- and 4-byte UTF-8); --near keeps whole texts.
+    # bytes: the long text is 2- and 4-byte UTF-8); --near keeps whole texts, or with
+    # --max-chars that many characters (at least the 200 of a conflict's sample).
     import pandas as pd
 
     from leakcheck_spark.audit import keyed
@@ -263,17 +264,19 @@ def test_derived_columns_are_the_same_on_every_read_path(spark, tmp_path):
     (tmp_path / "a.json").write_text(json.dumps(rows), encoding="utf-8")
     pq.write_table(pa.table({"id": [r["id"] for r in rows], "func": texts}),
                    tmp_path / "a.parquet")
-    keys = key_series(pd.Series(texts), "whitespace", "c", None)
     digests = digest_series(pd.Series(texts))
-    assert keys[0] is not None and keys[2] is None and keys[4] is None
     schema = "id string, text string, key binary, fp binary"
-    for near in (False, True):
-        kept = [t if near or t is None else t[:200] for t in texts]
+    for opts, chars in ((Options(), 200), (Options(near=True), None),
+                        (Options(near=True, max_chars=205), 205),
+                        (Options(near=True, max_chars=50), 200)):
+        keys = key_series(pd.Series(texts), "whitespace", "c", opts.max_chars)
+        assert keys[0] is not None and keys[2] is None and keys[4] is None
+        kept = [t if chars is None or t is None else t[:chars] for t in texts]
         expected = spark.createDataFrame(
             [(f"r{i}", t, k, d) for i, (t, k, d) in enumerate(zip(kept, keys, digests))], schema)
         for name in ("a.jsonl", "a.json", "a.parquet"):
             src = Source("d", str(tmp_path / name), text_field="func", id_field="id")
-            df, _, _ = read_records(spark, [src], Options(near=near), derived=keyed(Options(near=near)))
+            df, _, _ = read_records(spark, [src], opts, derived=keyed(opts))
             assert_df_equality(df.select("id", "text", "key", "fp"), expected,
                                ignore_row_order=True, ignore_nullable=True)
 
