@@ -825,3 +825,28 @@ def test_a_parquet_file_without_the_id_column_is_an_error_naming_it(spark, cli, 
     assert rc == 2 and err.startswith(
         "leakcheck-spark: error [LC_E_MISSING_FIELD]: id field 'id' is empty in row 2 of "
         f"{tmp_path / 'd' / 'b.parquet'}"), err
+
+
+def test_many_files_are_looked_up_by_a_few_tasks_and_a_sessions_own_setting_is_kept(spark,
+                                                                                    tmp_path):
+    # Spark looks up more than 32 given paths in a job of one task per path (up to 10,000);
+    # the read spreads them over two tasks per core (at least 8), unless the session says.
+    from leakcheck_spark.sources import _LISTING, read_source
+
+    for i in range(40):
+        write_jsonl(tmp_path / f"f{i:02d}.jsonl", [{"t": f"text {i}"}])
+    src = Source("d", str(tmp_path), text_field="t")
+    tracker = spark.sparkContext.statusTracker()
+
+    def listing_tasks() -> list[int]:
+        before = set(tracker.getJobIdsForGroup())
+        read_source(spark, src, 0).unpersist()
+        stages = [tracker.getStageInfo(s) for j in sorted(set(tracker.getJobIdsForGroup()) - before)
+                  for s in tracker.getJobInfo(j).stageIds]
+        # The lookup job is the one the reader's call starts (the listing before it collects).
+        return [s.numTasks for s in stages if s.name.startswith("text at ")]
+
+    assert listing_tasks() == [max(8, 2 * spark.sparkContext.defaultParallelism)]
+    assert spark.conf.get(_LISTING, None) is None  # set for the read only
+    with spark_conf(spark, **{_LISTING: "3"}):
+        assert listing_tasks() == [3]
