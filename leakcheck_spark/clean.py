@@ -164,11 +164,8 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
         for i, s in enumerate(against):
             frames.append(read_source(spark, s, i + 1, derived=keyed))
         blocks = scan(spark, frames, options)
-        test_rows = number_rows(spark, test_frame, blocks, extra=("raw", "originals"))
-        others = None
-        for frame in frames[1:]:
-            df = number_rows(spark, frame, blocks)
-            others = df if others is None else others.unionByName(df)
+        test_rows = number_rows(spark, [test_frame], blocks, extra=("raw", "originals"))
+        others = number_rows(spark, frames[1:], blocks) if frames[1:] else None
         timer.lap("read", f"read {counted(len(frames), 'source')}")
         near = None
         if options.near:

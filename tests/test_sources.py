@@ -850,3 +850,25 @@ def test_many_files_are_looked_up_by_a_few_tasks_and_a_sessions_own_setting_is_k
     assert spark.conf.get(_LISTING, None) is None  # set for the read only
     with spark_conf(spark, **{_LISTING: "3"}):
         assert listing_tasks() == [3]
+
+
+def test_the_records_of_many_sources_are_numbered_by_one_join(spark, tmp_path):
+    # A table of blocks per source made every query over the records broadcast each apart
+    # (a job per source and query: ~20 s a query with 64 sources).
+    from leakcheck_spark.audit import keyed
+
+    srcs = []
+    for i in range(4):
+        write_jsonl(tmp_path / f"s{i}.jsonl", [{"t": f"text {i}", "id": i}, {"t": "same"}][:2 - i % 2])
+        srcs.append(Source(f"d{i % 2}", str(tmp_path / f"s{i}.jsonl"), split=f"s{i}", text_field="t",
+                           id_field="id" if i % 2 else None))
+    records, frames, _ = read_records(spark, srcs, Options(), derived=keyed(Options()))
+    try:
+        plan = records._jdf.queryExecution().executedPlan().toString()
+        assert plan.count("BroadcastExchange") == 1, plan
+        got = sorted((r.group, r.id, r.row, r.id_num) for r in records.collect())
+        assert got == [("d0/s0", 0, 0, 0), ("d0/s0", 1, 1, 1), ("d0/s2", 2, 2, 2),
+                       ("d0/s2", 3, 3, 3), ("d1/s1", 1, 0, 1), ("d1/s3", 3, 1, 3)]
+    finally:
+        for frame in frames:
+            frame.unpersist()
