@@ -399,8 +399,8 @@ def session_conf(spark: SparkSession, settings: dict) -> Iterator[None]:
 
 
 def release(frames: Iterable[DataFrame]) -> None:
-    """Unpersist the cached `frames` of a run that is failing.  A failure to (Spark's JVM
-    already gone: out of memory, killed) must not replace the run's own error, which the caller
+    """Unpersist the cached `frames` of a run that is failing.  A frame that cannot be released
+    (Spark's JVM out of memory or gone) must not replace the run's own error, which the caller
     re-raises."""
     for df in frames:
         try:

@@ -1676,19 +1676,17 @@ def number_rows(spark: SparkSession, frames: list[SourceFrame], blocks: Blocks,
     ident = F.coalesce(F.col("_lc_id"), F.col("row").cast("string"))
     numbered = (parts.join(F.broadcast(table), ["_lc_src", "_lc_file", "_lc_block"])
                 .withColumn("row", row).where(F.col("row") < F.col("row_end")))
-    rest = [c for c in parts.columns if c not in _NUMBERING and c not in ("dataset", "split",
-                                                                          "group")]
+    # Read by the numbering, or selected first below.
+    done = {"_lc_src", "_lc_file", "_lc_block", "_lc_seq", "_lc_id", "_lc_int", "dataset",
+            "split", "group", "text", "label", "label_canon"}
     return numbered.select(
         "dataset", "split", "group",
         (ident.cast("long") if blocks.ids_are_ints else ident).alias("id"), "row",
         "text", "label", "label_canon",
         F.when(F.col("_lc_int"), ident.cast("long")).alias("id_num"),
-        *[c for c in rest if c not in ("text", "label", "label_canon")],
+        # key, unit, fp and the `extra` columns, after those of RECORD_COLUMNS
+        *[c for c in parts.columns if c not in done],
     )
-
-
-# The columns numbering reads and drops.
-_NUMBERING = ("_lc_src", "_lc_file", "_lc_block", "_lc_seq", "_lc_id", "_lc_int")
 
 
 def read_records(spark: SparkSession, sources: list[Source], opts: Options,
