@@ -730,7 +730,10 @@ def _no_trace(*_: object) -> None:
 
 
 def _no_interrupt_trace(record: logging.LogRecord) -> bool:
-    return not str(record.msg).startswith("KeyboardInterrupt while sending command")
+    # Py4J logs a traceback for a call cut by Ctrl-C, and for one whose JVM died under it: the
+    # run reports either in one line.
+    return not str(record.msg).startswith(("KeyboardInterrupt while sending command",
+                                           "Exception while sending command"))
 
 
 @contextlib.contextmanager

@@ -400,10 +400,13 @@ def session_conf(spark: SparkSession, settings: dict) -> Iterator[None]:
 
 def release(frames: Iterable[DataFrame]) -> None:
     """Unpersist the cached `frames` of a run that is failing.  A frame that cannot be released
-    (Spark's JVM out of memory or gone) must not replace the run's own error, which the caller
-    re-raises."""
+    (Spark's JVM out of memory) must not replace the run's own error, which the caller
+    re-raises; a JVM that is gone is raised as such, the clearer of the two (the call that hit it
+    may fail in any way: "... does not exist in the JVM")."""
     for df in frames:
         try:
             df.unpersist()
-        except Exception:  # noqa: BLE001, S112 - the run's own error is the one to report
+        except Exception as exc:
+            if errors.lost_jvm(exc) is not None:
+                raise
             continue
