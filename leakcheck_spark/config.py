@@ -38,8 +38,10 @@ def split_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     ('a.toml', ['audit', '--near'])
     >>> split_config(["audit", "--config=a.toml"])
     ('a.toml', ['audit'])
+
+    One file per run: a second ``--config`` is an error, not silently the one that counts.
     """
-    rest, path = [], None
+    rest, paths = [], []
     it = iter(argv)
     for arg in it:
         if arg == "--config":
@@ -47,11 +49,16 @@ def split_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
             if path is None:
                 raise LeakcheckError(errors.USAGE, "--config needs a FILE",
                                      "write --config job.toml")
+            paths.append(path)
         elif arg.startswith("--config="):
-            path = arg.split("=", 1)[1]
+            paths.append(arg.split("=", 1)[1])
         else:
             rest.append(arg)
-    return path, rest
+    if len(paths) > 1:
+        raise LeakcheckError(errors.USAGE, f"--config given {len(paths)} times "
+                             f"({', '.join(paths)}): a run reads one config file",
+                             "merge the files, or give the other file's settings as flags")
+    return (paths[0] if paths else None), rest
 
 
 def load(path: str) -> dict:
@@ -90,8 +97,13 @@ def to_flags(table: dict, parser: argparse.ArgumentParser, path: str) -> list[st
     for name in ("help", "config", "version"):
         actions.pop(name, None)
     flags: list[str] = []
+    spelled: dict[str, str] = {}
     for raw_key, value in table.items():
         key = raw_key.replace("_", "-")
+        if key in spelled:  # text-field and text_field: which one would count is not obvious
+            raise LeakcheckError(errors.USAGE, f"config {path} sets {key} twice, as "
+                                 f"{spelled[key]!r} and {raw_key!r}", "keep one of them")
+        spelled[key] = raw_key
         if key not in actions:
             raise LeakcheckError(errors.USAGE, f"unknown key {raw_key!r} in config {path}",
                                  f"keys are the flags' long names: {', '.join(sorted(actions))}")

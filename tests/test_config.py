@@ -65,6 +65,8 @@ def test_command_line_flags_win_over_the_file(tmp_path):
     ("text-field = []", "LC_E_BAD_VALUE", "expected a string or a number"),
     ("[table]\nx = 1", "LC_E_USAGE", "unknown key 'table'"),
     (b'text-field = "\xff"', "LC_E_BAD_FORMAT", "is not UTF-8 (invalid start byte at byte 15)"),
+    ('text-field = "a"\ntext_field = "b"', "LC_E_USAGE",
+     "sets text-field twice, as 'text-field' and 'text_field' (hint: keep one of them)"),
 ])
 def test_bad_config_is_one_error_line(cli, tmp_path, text, code, words):
     cfg = tmp_path / "job.toml"
@@ -75,6 +77,15 @@ def test_bad_config_is_one_error_line(cli, tmp_path, text, code, words):
     rc, out, err = cli("audit", "--config", cfg, "-d", "a=x.jsonl", "--text-field", "t")
     assert rc == 2 and not out and len(err.strip().splitlines()) == 1
     assert err.startswith(f"leakcheck-spark: error [{code}]: ") and words in err
+
+
+def test_one_config_file_a_run(cli, tmp_path):
+    one, two = tmp_path / "one.toml", tmp_path / "two.toml"
+    for cfg in (one, two):
+        cfg.write_text('text-field = "t"\n')
+    rc, out, err = cli("audit", "--config", one, f"--config={two}", "-d", "a=x.jsonl")
+    assert rc == 2 and not out and len(err.strip().splitlines()) == 1
+    assert f"[LC_E_USAGE]: --config given 2 times ({one}, {two})" in err
 
 
 def test_config_needs_a_command(cli, tmp_path):
