@@ -88,8 +88,12 @@ class Source:
         return f"{self.name}{split}={self.path}"
 
     def to_dict(self) -> dict:
+        """The source as the report lists it: the fields in effect (a split field is read only
+        when no split is given and the source is not a Hugging Face dataset)."""
+        unused = ({"split_field"} if self.split is not None or self.path.startswith("hf:")
+                  else set())
         return {k: v for k, v in dataclasses.asdict(self).items()
-                if v is not None and v is not False}
+                if v is not None and v is not False and k not in unused}
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,17 @@ def test_options_take_numpy_numbers_as_plain_ones():
     assert [type(v) for v in (opts.threshold, opts.shingle, opts.num_perm)] == [float, int, int]
 
 
+def test_a_source_is_reported_with_the_fields_it_reads():
+    # Before: every source given a split (and every hf: source) listed the global
+    # split_field, which it never reads.
+    fields = {"text_field": "t", "split_field": "part"}
+    assert L.Source("a", "a.jsonl", **fields).to_dict() == {"name": "a", "path": "a.jsonl",
+                                                            **fields}
+    for given in ({"path": "a.jsonl", "split": "test"}, {"path": "hf:org/a"}):
+        reported = L.Source("a", **given, **fields).to_dict()
+        assert reported == {"name": "a", **given, "text_field": "t"}
+
+
 @pytest.mark.parametrize("kwargs", [
     {"name": None, "path": "a.jsonl"}, {"name": "a", "path": 123},
     {"name": "a", "path": "a.jsonl", "text_field": 5},
