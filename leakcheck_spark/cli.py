@@ -729,7 +729,7 @@ def _no_trace(*_: object) -> None:
     pass
 
 
-def _no_interrupt_trace(record: logging.LogRecord) -> bool:
+def _no_py4j_send_trace(record: logging.LogRecord) -> bool:
     # Py4J logs a traceback for a call cut by Ctrl-C, and for one whose JVM died under it: the
     # run reports either in one line.
     return not str(record.msg).startswith(("KeyboardInterrupt while sending command",
@@ -744,13 +744,13 @@ def _quiet_py4j() -> Iterator[None]:
     line anyway."""
     root, py4j = logging.getLogger(), logging.getLogger("py4j")
     level = py4j.level
-    root.addFilter(_no_interrupt_trace)
+    root.addFilter(_no_py4j_send_trace)
     py4j.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
         py4j.setLevel(level)
-        root.removeFilter(_no_interrupt_trace)
+        root.removeFilter(_no_py4j_send_trace)
 
 
 @contextlib.contextmanager
