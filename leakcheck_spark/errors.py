@@ -116,8 +116,15 @@ TYPE_CLASH_HINT = ("give the column one type in every file of the source, or giv
                    "separate sources")
 _PATH_NOT_FOUND = re.compile(r"Path does not exist: (\S+?)\.?(?: SQLSTATE|$)", re.M)
 _READ_FILE = re.compile(r"Encountered error while reading file (\S+?)\.?\s", re.M)
+# A listing refused: a directory (or one inside it) the user may not read, locally or on object
+# storage ("AccessDeniedException: s3a://b/k: getFileStatus on ...").
+_DENIED = re.compile(r"AccessDeniedException: (\S+?):? ", re.M)
+# A task could not start its Python worker: PYSPARK_PYTHON names no program it can run.
+_NO_PYTHON = re.compile(r'Cannot run program "([^"]*)": error=\d+, ([^\n]*)')
 
 
+_DENIED_HINT = ("check that the user Spark runs as may read it (and, for object storage, the "
+                "credentials)")
 # A CSV row with more or fewer values than its header.
 CSV_FIELDS_HINT = ("every row has a value for each column of the header: quote a value that "
                    'holds a comma or a line break ("a,b"), doubling each quote in it')
@@ -169,9 +176,7 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
         if "Permission denied" in cause or "AccessDenied" in cause or "403 Forbidden" in cause:
             # Local files say it in a FileNotFoundException, object stores in an
             # AccessDeniedException: the file is there, and its format is not the problem.
-            return LeakcheckError(IO, f"cannot read {path}: permission denied",
-                                  "check that the user Spark runs as may read it (and, for "
-                                  "object storage, the credentials)")
+            return LeakcheckError(IO, f"cannot read {path}: permission denied", _DENIED_HINT)
         # Spark reads every file of a source with the columns of one of them: a file that does
         # not fit them is no corrupt file, and the default hint (the supported file types) would
         # send the user looking at the wrong thing.
@@ -183,6 +188,12 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
                            CSV_FIELDS_HINT)
         return LeakcheckError(BAD_FORMAT, f"cannot read {path}" + (f": {cause}" if cause else ""),
                               hint)
+    m = _NO_PYTHON.search(text)
+    if m:
+        return LeakcheckError(IO, f"Spark cannot start its Python workers: cannot run "
+                              f"{m.group(1)}: {m.group(2).strip().lower()}",
+                              "set PYSPARK_PYTHON (on a cluster: spark.pyspark.python) to a "
+                              "Python that has leakcheck-spark installed, on every machine")
     if "Python worker exited unexpectedly" in text:
         return LeakcheckError(IO, "a Python worker of a Spark task crashed (killed, or out of "
                               "memory)", "run again; if it crashes again, give the Python "
@@ -192,6 +203,10 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
                               "spark.sql.execution.arrow.maxRecordsPerBatch=...)")
     if "PATH_NOT_FOUND" in text or "FileNotFoundException" in text:
         return LeakcheckError(IO, _first_line(text))
+    m = _DENIED.search(text)
+    if m:
+        return LeakcheckError(IO, f"cannot read {display_path(m.group(1))}: permission denied",
+                              _DENIED_HINT)
     if "AccessDeniedException" in text or "Permission denied" in text:
         return LeakcheckError(IO, _first_line(text))
     return None

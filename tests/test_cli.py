@@ -425,16 +425,23 @@ def test_a_file_or_directory_the_user_may_not_use_is_an_io_error(tmp_path):
             pytest.skip("running as root without setpriv to drop root's file access")
         prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
     write_jsonl(tmp_path / "a.jsonl", [{"t": "x"}])
+    sub = tmp_path / "d" / "sub"
+    sub.mkdir(parents=True)
+    write_jsonl(tmp_path / "d" / "b.jsonl", [{"t": "y"}])
     (tmp_path / "ro").mkdir()
     (tmp_path / "ro").chmod(0o555)
     (tmp_path / "a.jsonl").chmod(0o000)
+    sub.chmod(0o000)
     try:
-        for out, want in ((tmp_path / "ro" / "out", "cannot write --out-dir "
-                           f"{tmp_path / 'ro' / 'out'}: permission denied in {tmp_path / 'ro'}"),
-                          (tmp_path / "out", f"cannot read {tmp_path / 'a.jsonl'}: permission "
-                           "denied")):
+        for source, out, want in (
+                ("a.jsonl", tmp_path / "ro" / "out", "cannot write --out-dir "
+                 f"{tmp_path / 'ro' / 'out'}: permission denied in {tmp_path / 'ro'}"),
+                ("a.jsonl", tmp_path / "out", f"cannot read {tmp_path / 'a.jsonl'}: permission "
+                 "denied"),
+                # Before: "An error occurred while calling o52.load.", naming nothing.
+                ("d", tmp_path / "out", f"cannot read {sub}: permission denied")):
             proc = subprocess.run([*prefix, sys.executable, "-m", "leakcheck_spark", "audit",
-                                   "-d", f"a={tmp_path / 'a.jsonl'}", "--text-field", "t",
+                                   "-d", f"a={tmp_path / source}", "--text-field", "t",
                                    "--out-dir", out, "--quiet"],
                                   capture_output=True, text=True, timeout=300, cwd=tmp_path)
             assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -443,6 +450,7 @@ def test_a_file_or_directory_the_user_may_not_use_is_an_io_error(tmp_path):
     finally:
         (tmp_path / "ro").chmod(0o755)
         (tmp_path / "a.jsonl").chmod(0o644)
+        sub.chmod(0o755)
 
 
 def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
@@ -928,6 +936,27 @@ def test_a_python_worker_that_crashes_is_one_io_error_line(spark, tmp_path):
     err = errors.from_spark_exception(info.value)
     assert err is not None and err.code == "LC_E_IO", str(info.value)[:500]
     assert LINE.match(err.line()) and "Python worker of a Spark task crashed" in err.message
+
+
+def test_a_python_worker_spark_cannot_start_is_one_io_error_line(spark, tmp_path):
+    # PYSPARK_PYTHON naming no program: the cause, not "unexpected failure ... a bug" (or, for
+    # a file that cannot be run, a hint about the inputs).
+    from leakcheck_spark import errors
+
+    sc = spark.sparkContext
+    kept = sc.pythonExec
+    for program, why in ((tmp_path / "no-python", "no such file or directory"),
+                         (tmp_path, "permission denied")):
+        sc.pythonExec = str(program)  # what a UDF's worker is started with
+        try:
+            with pytest.raises(Exception) as info:  # noqa: PT011 - Spark's own exception
+                spark.range(2, numPartitions=1).mapInPandas(lambda it: it, "id long").collect()
+        finally:
+            sc.pythonExec = kept
+        err = errors.from_spark_exception(info.value)
+        assert err is not None and err.code == "LC_E_IO", str(info.value)[:500]
+        assert err.message == ("Spark cannot start its Python workers: cannot run "
+                               f"{program}: {why}") and "PYSPARK_PYTHON" in err.hint
 
 
 def test_what_a_killed_run_left_is_restored_or_reported_never_deleted(tmp_path, caplog):
