@@ -60,6 +60,10 @@ if TYPE_CHECKING:
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".jfif", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp",
                     ".ppm", ".pgm", ".pbm", ".pnm", ".ico", ".tga")
+# The file names of IMAGE_EXTENSIONS in any case, as a Hadoop glob (binaryFile's pathGlobFilter).
+IMAGE_GLOB = "*.{%s}" % ",".join(
+    "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in ext[1:])
+    for ext in IMAGE_EXTENSIONS)
 TABLE_EXTENSIONS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
                     ".json": "json"}
 FULL_BUCKET = 20_000  # verification is a popcount: far larger buckets than text can be whole
@@ -301,16 +305,6 @@ def check_fields(sources: Sequence[Source], opts: ImageOptions) -> None:
                 "as -d NAME[:SPLIT]=TABLE")
 
 
-def _is_image(col):  # noqa: ANN001, ANN202 - a Column
-    import pyspark.sql.functions as F
-
-    low = F.lower(col)
-    cond = F.lit(False)
-    for ext in IMAGE_EXTENSIONS:
-        cond = cond | low.endswith(ext)
-    return cond
-
-
 def _display(col):  # noqa: ANN001, ANN202 - a Column: file:/x and file:///x as /x
     import pyspark.sql.functions as F
 
@@ -340,25 +334,51 @@ def _as_given(col, source: str):  # noqa: ANN001, ANN202 - a Column
             .when(col.startswith(absolute + "/"), inside).otherwise(col))
 
 
-def _zero_byte_images(spark: SparkSession, listing: DataFrame, read: DataFrame) -> DataFrame:
-    """The image files of a binaryFile `listing` that are missing from its rows `read` (path,
-    content), with empty content: a file scan reads byte ranges and a zero-byte file has none, so
-    it gives no row -- an image that must be counted as unreadable, not left out."""
+def unscanned_images(spark: SparkSession, sources: Sequence[Source],
+                     hashed: DataFrame) -> DataFrame | None:
+    """The image files of the directory and glob sources that their scans gave no row, as rows
+    of :func:`read_images` with null content, so the executors read them by path and say why
+    they cannot: a file the scan could not open (it skips those, :func:`_image_files`), and a
+    zero-byte file (a scan reads byte ranges and it has none).  Each is an image to count as
+    unreadable, never one to leave out.  `hashed` holds the (_src, id) of the scans' rows,
+    hashed and cached: the scans are not run again to find what they gave.  None when no source
+    is a directory or glob."""
     import pyarrow as pa
     import pyspark.sql.functions as F
 
-    # The listing is the only public (and Spark Connect) way to the files a scan skips.  Only
-    # image files go back, as one Arrow column: a list of row tuples cost 0.3 ms a file (schema
-    # checks and pickling, one at a time) and twice the memory.
-    # inputFiles gives URIs ("my%20cat.png") where the scan's rows give Hadoop paths ("my
-    # cat.png"): compared as they come, a name with a space, % or the like is never "seen", and
-    # that image is counted a second time, as an unreadable one.
-    files = [unquote(p) for p in listing.inputFiles() if p.lower().endswith(IMAGE_EXTENSIONS)]
-    listed = spark.createDataFrame(pa.table({"path": pa.array(files, pa.string())}))
-    seen = read.select(_display("path").alias("_seen"))
-    return (listed
-            .join(seen, _display(F.col("path")) == seen["_seen"], "left_anti")
-            .select(_display("path").alias("path"), F.lit("").cast("binary").alias("content")))
+    frames = []
+    for index, src in enumerate(sources):
+        if _kind(src.path) != "files":
+            continue
+        # The listing is the only public (and Spark Connect) way to the files a scan skips, as
+        # one Arrow column: a list of row tuples cost 0.3 ms a file (schema checks and
+        # pickling, one at a time) and twice the memory.  inputFiles gives URIs
+        # ("my%20cat.png") where the scan's rows give Hadoop paths ("my cat.png"): compared as
+        # they come, a name with a space, % or the like would never be "seen", and that image
+        # would be counted a second time, as an unreadable one.
+        files = [unquote(p) for p in _image_files(spark, src.path).inputFiles()]
+        listed = spark.createDataFrame(pa.table({"path": pa.array(files, pa.string())}))
+        frames.append(listed.select(
+            F.lit(index).alias("_src"), F.lit(src.name).alias("dataset"),
+            F.lit(src.split or DEFAULT_SPLIT).alias("split"),
+            _as_given(_display("path"), src.path).alias("id"), _display("path").alias("path"),
+            F.lit(None).cast("binary").alias("content")))
+    if not frames:
+        return None
+    listed = frames[0]
+    for df in frames[1:]:
+        listed = listed.unionByName(df)
+    return listed.join(hashed.select("_src", "id"), ["_src", "id"], "left_anti")
+
+
+def _image_files(spark: SparkSession, path: str) -> DataFrame:
+    """binaryFile rows (path, content, ...) of the image files in or at `path`, searched
+    recursively.  Only image files are listed (other files are never opened), and a file that
+    cannot be opened (no permission, gone since the listing) gives no row instead of failing the
+    run: SPEC 7 counts it as unreadable (:func:`unscanned_images`)."""
+    return (spark.read.options(ignoreCorruptFiles="true", ignoreMissingFiles="true")
+            .format("binaryFile").option("recursiveFileLookup", "true")
+            .option("pathGlobFilter", IMAGE_GLOB).load(spark_uri(path)))
 
 
 def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions) -> DataFrame:
@@ -371,12 +391,9 @@ def read_images(spark: SparkSession, src: Source, index: int, opts: ImageOptions
     null_bin = F.lit(None).cast("binary")
     try:
         if kind == "files":
-            listing = (read_inputs(spark).format("binaryFile").option("recursiveFileLookup", "true")
-                       .load(spark_uri(src.path)))
-            df = listing.where(_is_image(F.col("path"))).select("path", "content")
-            df = df.unionByName(_zero_byte_images(spark, listing, df))
-            df = df.select(_as_given(_display("path"), src.path).alias("id"), "path", "content",
-                           split.alias("split"))
+            df = _image_files(spark, src.path).select(
+                _as_given(_display("path"), src.path).alias("id"), "path", "content",
+                split.alias("split"))
         elif kind == "list":
             lines = read_inputs(spark).text(spark_uri(src.path)).select(F.trim("value").alias("p"))
             base = src.path.rsplit("/", 1)[0] if "/" in src.path else "."
@@ -632,6 +649,13 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
                                "spark.sql.files.openCostInBytes": FILE_OPEN_COST}):
         hashes = everything.mapInArrow(hash_batches, _HASHED_DDL).persist(level)
         hashes.count()  # hash once (the sort below would run the hashing again to sample)
+        unscanned = unscanned_images(spark, sources, hashes)
+        if unscanned is not None:
+            scanned = hashes
+            hashes = scanned.unionByName(unscanned.mapInArrow(hash_batches, _HASHED_DDL)
+                                         ).persist(level)
+            hashes.count()
+            scanned.unpersist()
     # Every column of a row: a table may list one id in several splits (rows equal in all of
     # them are interchangeable), and ties in a sort follow the order shuffle blocks arrive in.
     imgs = positions(hashes, ("_src", "id", "split", "hash", "error")).persist(level)

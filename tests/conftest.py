@@ -60,6 +60,19 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 
 @pytest.fixture
+def unprivileged() -> list:
+    """The command prefix that runs a process bound by file modes: root reads and writes past
+    them, so its runs drop the capabilities that let it (skipped where that cannot be done)."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv to drop root's file access")
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
+
+
+@pytest.fixture
 def cli(spark, capsys):
     """Run the CLI in-process: returns (exit code, stdout, stderr)."""
     from leakcheck_spark.cli import main

@@ -413,17 +413,10 @@ def test_a_cli_session_passes_the_jvms_own_stderr_on(tmp_path):
     assert "incubator" not in proc.stderr
 
 
-def test_a_file_or_directory_the_user_may_not_use_is_an_io_error(tmp_path):
-    # Root reads and writes past file modes: the runs drop the capabilities that let it.
-    import shutil
+def test_a_file_or_directory_the_user_may_not_use_is_an_io_error(tmp_path, unprivileged):
     import subprocess
     import sys
 
-    prefix = []
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("running as root without setpriv to drop root's file access")
-        prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
     write_jsonl(tmp_path / "a.jsonl", [{"t": "x"}])
     sub = tmp_path / "d" / "sub"
     sub.mkdir(parents=True)
@@ -440,7 +433,7 @@ def test_a_file_or_directory_the_user_may_not_use_is_an_io_error(tmp_path):
                  "denied"),
                 # Before: "An error occurred while calling o52.load.", naming nothing.
                 ("d", tmp_path / "out", f"cannot read {sub}: permission denied")):
-            proc = subprocess.run([*prefix, sys.executable, "-m", "leakcheck_spark", "audit",
+            proc = subprocess.run([*unprivileged, sys.executable, "-m", "leakcheck_spark", "audit",
                                    "-d", f"a={tmp_path / source}", "--text-field", "t",
                                    "--out-dir", out, "--quiet"],
                                   capture_output=True, text=True, timeout=300, cwd=tmp_path)

@@ -476,6 +476,34 @@ def test_a_zero_byte_image_is_counted_and_listed_as_unreadable(spark, pictures, 
     assert "cannot identify image file" in entry["reason"]
 
 
+def test_an_image_the_user_may_not_read_is_unreadable_and_the_run_goes_on(
+        pictures, tmp_path, unprivileged):
+    # SPEC 7: an unreadable image never stops the run.  Before: the scan opened every file of
+    # the directory, images or not, and the first it could not was LC_E_IO for the whole run.
+    import subprocess
+    import sys
+
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    for name in ("a.png", "B.PNG"):
+        (imgs / name).write_bytes((pictures / "train" / "orig0.png").read_bytes())
+    (imgs / "notes.md").write_text("not an image\n")
+    for name in ("B.PNG", "notes.md"):
+        (imgs / name).chmod(0o000)
+    try:
+        proc = subprocess.run([*unprivileged, sys.executable, "-m", "leakcheck_spark", "images",
+                               "-d", f"p:test={imgs}", "--out-dir", tmp_path / "out", "--quiet"],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    finally:
+        for name in ("B.PNG", "notes.md"):
+            (imgs / name).chmod(0o644)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert (report["total_images"], report["unreadable"]["count"]) == (2, 1)
+    [entry] = report["unreadable"]["sample"]
+    assert entry["id"] == str(imgs / "B.PNG") and "Permission denied" in entry["reason"]
+
+
 def test_an_hf_source_is_a_usage_error_not_a_spark_failure(cli):
     rc, _, err = cli("images", "-d", "p=hf:org/name", "--quiet")
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
