@@ -19,6 +19,7 @@ over the file (and a repeatable one adds to it)::
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Sequence
 
@@ -110,9 +111,11 @@ def to_flags(table: dict, parser: argparse.ArgumentParser, path: str) -> list[st
         opt, action = actions[key]
         switch = isinstance(action, argparse._StoreTrueAction)  # noqa: SLF001
         repeatable = isinstance(action, argparse._AppendAction)  # noqa: SLF001
+        # A flag whose value may be left out (--json: stdout): true stands for the bare flag.
+        bare = action.nargs == "?" and action.const is not None
         values = value if isinstance(value, list) and repeatable else [value]
         for v in values:
-            if switch and isinstance(v, bool):
+            if (switch or bare) and isinstance(v, bool):
                 flags += [opt] if v else []
             elif not switch and _fits(v, action.type):
                 flags += [opt, str(v)]
@@ -120,13 +123,33 @@ def to_flags(table: dict, parser: argparse.ArgumentParser, path: str) -> list[st
                 want = ("true or false" if switch else
                         "a list of strings" if repeatable else _NUMBERS.get(
                             action.type, "a string or a number"))
+                if bare:
+                    want = f"{want}, or true for {opt} alone"
                 raise LeakcheckError(errors.BAD_VALUE,
-                                     f"{raw_key} = {value!r} in config {path}: expected {want}",
+                                     f"{raw_key} = {_toml(value)} in config {path}: expected "
+                                     f"{want}",
                                      f"{raw_key} = true turns {opt} on" if switch else
                                      f"{raw_key} = N stands for {opt} N"
                                      if action.type in _NUMBERS else
                                      f"{raw_key} = \"VALUE\" stands for {opt} VALUE")
     return flags
+
+
+def _toml(value: object) -> str:
+    """`value` as TOML spells it, for messages about a config file.
+
+    >>> _toml(True), _toml("many"), _toml([1, "a"]), _toml(1.5)
+    ('true', '"many"', '[1, "a"]', '1.5')
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def _fits(value: object, kind: object) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck_spark.cli import build_parser, expand_config
+from leakcheck_spark.errors import LeakcheckError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -59,7 +60,7 @@ def test_command_line_flags_win_over_the_file(tmp_path):
     ("near = [", "LC_E_BAD_FORMAT", "bad TOML"),
     ("nearr = true", "LC_E_USAGE", "unknown key 'nearr'"),
     ("near = 1", "LC_E_BAD_VALUE", "expected true or false"),
-    ("threshold = true", "LC_E_BAD_VALUE", "expected a number"),
+    ("threshold = true", "LC_E_BAD_VALUE", "threshold = true in config "),
     ("num-perm = \"x\"", "LC_E_BAD_VALUE", "an integer (hint: num-perm = N stands for --num-perm N)"),
     ("shingle = 1.5", "LC_E_BAD_VALUE", "shingle = 1.5 in config "),
     ("text-field = []", "LC_E_BAD_VALUE", "expected a string or a number"),
@@ -147,4 +148,18 @@ def test_an_error_in_a_config_that_sets_json_is_json(cli, tmp_path, bad):
     cfg.write_text(f"json = true\n{bad}\n")
     rc, out, err = cli("audit", "--config", cfg, "-d", "a=x.jsonl", "--text-field", "t")
     assert (rc, out) == (2, "")
-    assert json.loads(err)["error"]["code"] == "LC_E_BAD_VALUE", err
+    error = json.loads(err)["error"]
+    # The error is the bad line's (json = true is --json: before, it was refused itself).
+    assert error["code"] == "LC_E_BAD_VALUE" and error["message"].startswith(bad), err
+
+
+def test_json_true_in_a_config_is_json_to_stdout(tmp_path):
+    cfg = tmp_path / "job.toml"
+    for value, want in (("true", "-"), ("false", None), ('"r.json"', "r.json")):
+        cfg.write_text(f"json = {value}\n")
+        assert parsed(["audit", "--config", cfg, "-d", "a=x.jsonl"])["json"] == want
+    cfg.write_text("json = [1]\n")
+    with pytest.raises(LeakcheckError) as info:
+        parsed(["audit", "--config", cfg])
+    assert info.value.message == (f"json = [1] in config {cfg}: expected a string or a number, "
+                                  "or true for --json alone")
