@@ -71,9 +71,16 @@ def _import_datasets(src: Source):  # noqa: ANN202 - the datasets module
             errors.USAGE, f"{src.label} needs the optional 'datasets' package, which is not "
             "installed", "pip install 'leakcheck-spark[hf]' (or pass the dataset's Parquet "
             "files as a glob)") from None
-    # Our own progress lines say what is read; the library's bars and notices would interleave.
+    # Our own progress lines say what is read; the libraries' bars and notices would interleave
+    # (huggingface_hub's: a warning for each retry of a Hub it cannot reach, before the error).
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
+    try:
+        import huggingface_hub
+    except ImportError:  # pragma: no cover - datasets depends on it
+        pass
+    else:
+        huggingface_hub.utils.logging.set_verbosity_error()
     return datasets
 
 
