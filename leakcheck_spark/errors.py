@@ -125,6 +125,8 @@ _NO_PYTHON = re.compile(r'Cannot run program "([^"]*)": error=\d+, ([^\n]*)')
 
 _DENIED_HINT = ("check that the user Spark runs as may read it (and, for object storage, the "
                 "credentials)")
+# Compressed inputs, and the tool that tests one.
+_COMPRESSED = {".gz": "gzip", ".bz2": "bzip2", ".zst": "zstd"}
 # A CSV row with more or fewer values than its header.
 CSV_FIELDS_HINT = ("every row has a value for each column of the header: quote a value that "
                    'holds a comma or a line break ("a,b"), doubling each quote in it')
@@ -181,6 +183,10 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
         # not fit them is no corrupt file, and the default hint (the supported file types) would
         # send the user looking at the wrong thing.
         hint = next((h for key, h in _READ_HINTS if key in cause), None)
+        if hint is None and path.lower().endswith(tuple(_COMPRESSED)):
+            tool = _COMPRESSED[next(e for e in _COMPRESSED if path.lower().endswith(e))]
+            hint = (f"the file is damaged, or not compressed as its name says: check it with "
+                    f"{tool} -t {path}")
         m = _MALFORMED_CSV.search(cause)
         if m:
             row = m.group(1) if len(m.group(1)) <= 80 else m.group(1)[:77] + "..."

@@ -90,9 +90,11 @@ class ImageOptions:
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, int) or not (
                 0 <= self.threshold < HASH_BITS):
             raise LeakcheckError(errors.USAGE, f"--threshold must be an integer in 0..63 for "
-                                 f"images, got {self.threshold!r}")
+                                 f"images, got {self.threshold!r}",
+                                 "fix --threshold: the bits two hashes may differ in (default 5)")
         if self.format not in FORMATS:
-            raise LeakcheckError(errors.USAGE, f"--format must be one of {', '.join(FORMATS)}")
+            raise LeakcheckError(errors.USAGE, f"--format must be one of {', '.join(FORMATS)}",
+                                 "fix --format")
         # A table holds the image as a path or as bytes (SPEC section 7).  Both made the path the
         # id of an image hashed from the bytes -- which need not be that file -- and read the
         # file only where the bytes were null: two images under one name.
@@ -300,7 +302,8 @@ def check_fields(sources: Sequence[Source], opts: ImageOptions) -> None:
         if not readers:
             raise LeakcheckError(
                 errors.USAGE, f"{shown} names a table's column, and no source it applies to is a "
-                "table: images of a directory, glob or .txt list have no columns",
+                "table: a directory, a glob, a .txt list or any file but an uncompressed "
+                ".parquet, .csv, .jsonl or .json has no columns",
                 f"drop {flag}, or give the table (.parquet, .csv, .jsonl, .json or table:NAME) "
                 "as -d NAME[:SPLIT]=TABLE")
 
@@ -677,8 +680,10 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
         if not per_source.get(i):
             imgs.unpersist()
             kind = _kind(src.path)
-            hint = ("a directory contributes files with an image extension "
-                    f"({', '.join(IMAGE_EXTENSIONS[:6])}, ...)" if kind == "files" else
+            hint = ("a directory or glob contributes its files with an image extension "
+                    f"({', '.join(IMAGE_EXTENSIONS[:6])}, ...), and a single file must have one; "
+                    "a table is a .parquet, .csv, .jsonl or .json file (not compressed) or "
+                    "table:NAME" if kind == "files" else
                     "a table contributes one image per row" if kind == "table" else
                     "a list contributes one image path per non-empty line")
             raise LeakcheckError(errors.EMPTY_INPUT, f"no images in {src.label}", hint)

@@ -69,7 +69,7 @@ class Source:
         for what, value in (("dataset name", self.name), ("split", self.split)):
             if value is not None and (not value or "/" in value):
                 raise LeakcheckError(
-                    BAD_SPEC, f"bad {what} {value!r} in source {self.name}={self.path}",
+                    BAD_SPEC, f"bad {what} {value!r} in source {self.label}",
                     "names and splits are non-empty and contain no '/'",
                 )
         if not self.path:

@@ -492,7 +492,9 @@ def _line_fields(line: str, stripped: str, src: Source, fmt: str) -> tuple:
                               "which is a line of text, not an object")
         if fmt == "txt":  # noleak reads a line that is not JSON as its text
             return (None, None, False, stripped, None, None, False, False, None)
-        return _row_error(errors.BAD_FORMAT, f"invalid JSON in {{where}}: {exc}")
+        return _row_error(errors.BAD_FORMAT, f"invalid JSON in {{where}}: {exc}",
+                          "each line of a JSON Lines file is one JSON object: fix that line "
+                          "(a blank line is allowed)")
     return parse_object(obj, src)
 
 

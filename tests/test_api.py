@@ -38,6 +38,12 @@ def test_options_take_numpy_numbers_as_plain_ones():
     assert [type(v) for v in (opts.threshold, opts.shingle, opts.num_perm)] == [float, int, int]
 
 
+def test_a_bad_split_is_named_with_the_source_as_typed():
+    with pytest.raises(L.LeakcheckError) as info:
+        L.Source("a", "a.jsonl", split="x/y")
+    assert info.value.message == "bad split 'x/y' in source a:x/y=a.jsonl"
+
+
 def test_a_source_is_reported_with_the_fields_it_reads():
     # Before: every source given a split (and every hf: source) listed the global
     # split_field, which it never reads.

@@ -1076,6 +1076,8 @@ def test_a_worker_spark_kills_mid_stream_prints_no_python_traceback(tmp_path):
                           timeout=300)
     assert proc.returncode == 2 and error_code(proc.stderr) == "LC_E_BAD_FORMAT", proc.stderr
     assert f"cannot read {bad}" in proc.stderr
+    assert ("(hint: the file is damaged, or not compressed as its name says: check it with "
+            f"gzip -t {bad})") in proc.stderr
     assert "BrokenPipeError" not in proc.stderr, proc.stderr
 
 

@@ -325,17 +325,18 @@ def test_hamming_distance_forms():
     assert list(hamming_distance(np.array([1, 3]), np.array([0, 0]))) == [1, 2]
 
 
-@pytest.mark.parametrize(("args", "code"), [
-    (["--threshold", "64"], "LC_E_USAGE"),
-    (["--threshold", "-1"], "LC_E_USAGE"),
-    (["--priority", "a,a"], "LC_E_USAGE"),
+@pytest.mark.parametrize(("args", "code", "hint"), [
+    (["--threshold", "64"], "LC_E_USAGE", "fix --threshold"),
+    (["--threshold", "-1"], "LC_E_USAGE", "fix --threshold"),
+    (["--priority", "a,a"], "LC_E_USAGE", ""),
     # images read no text or label: such an override would be ignored
-    (["-o", "p.label=y"], "LC_E_BAD_SPEC"),
-    (["-o", "p.text=y"], "LC_E_BAD_SPEC"),
+    (["-o", "p.label=y"], "LC_E_BAD_SPEC", ""),
+    (["-o", "p.text=y"], "LC_E_BAD_SPEC", ""),
 ])
-def test_bad_flags(cli, pictures, args, code):
+def test_bad_flags(cli, pictures, args, code, hint):
     rc, _, err = cli("images", "-d", f"p={pictures / 'train'}", *args)
     assert rc == 2 and err.startswith(f"leakcheck-spark: error [{code}]")
+    assert f"(hint: {hint}" in err, err
 
 
 def test_bad_sources_are_one_line(cli, tmp_path):

@@ -407,6 +407,16 @@ def test_a_bad_csv_row_before_an_invalid_utf8_one_is_the_error_reported(cli, tmp
                                       f"in line 2 of {tmp_path / 't.csv'}"), err
 
 
+def test_a_line_that_is_not_json_is_named_with_what_to_do(cli, tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"t": "x"}\n\n{t: 1}\n')
+    rc, _, err = cli("audit", "-d", f"x={tmp_path / 'a.jsonl'}", "--text-field", "t", "--quiet")
+    assert rc == 2 and err == (
+        f"leakcheck-spark: error [LC_E_BAD_FORMAT]: invalid JSON in line 3 of "
+        f"{tmp_path / 'a.jsonl'}: Expecting property name enclosed in double quotes: line 1 "
+        "column 2 (char 1) (hint: each line of a JSON Lines file is one JSON object: fix that "
+        "line (a blank line is allowed))\n"), err
+
+
 def test_a_split_value_that_cannot_name_a_group_is_a_bad_value(cli, tmp_path):
     # -d x:a/b=... and -d x:=... are refused; the same splits from a split column made the groups
     # "x/a/b" and "x/" (read back as dataset x, split a, ...).
