@@ -535,6 +535,9 @@ def _run(args: argparse.Namespace) -> int:
         specs = [args.test, *args.against]
         sources = apply_overrides([parse_source(d, args) for d in specs], args.overrides)
         check_sources(sources, splits=False)
+    from leakcheck_spark.sources import check_text_fields
+
+    check_text_fields(sources)
     check_outputs(args, [s.path for s in sources],
                   in_place=sources[0].path if args.command == "clean" else None)
     spark = _session(args)

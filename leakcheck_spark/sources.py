@@ -31,7 +31,7 @@ import json
 import re
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from leakcheck_spark import errors, hf
 from leakcheck_spark.errors import LeakcheckError, encode_row_error
@@ -650,6 +650,31 @@ def per_file(fn: Callable[[str], T], files: list[str]) -> list[T]:
         return list(pool.map(fn, files))
 
 
+def need_text_field(src: Source, formats: Sequence[str]) -> None:
+    """Refuse a source without a text field when one of its `formats` needs one (all but .txt).
+
+    Raises:
+        LeakcheckError(LC_E_MISSING_FIELD).
+    """
+    if src.text_field is None and not src.noleak and any(f != "txt" for f in formats):
+        raise LeakcheckError(
+            errors.MISSING_FIELD, f"no text field given for {src.label}",
+            "pass --text-field NAME (or -o NAME.text=FIELD); only .txt sources need none",
+        )
+
+
+def check_text_fields(sources: Sequence[Source]) -> None:
+    """:func:`need_text_field` for the sources whose path alone gives their format (one file,
+    ``hf:``, ``table:``), before a session is started for nothing; a directory or glob is
+    checked once listed."""
+    for src in sources:
+        fmt = ("table" if src.path.startswith(TABLE_PREFIX) else
+               "hf" if src.path.startswith(hf.PREFIX) else
+               None if _has_glob(src.path) else file_format(src.path))
+        if fmt is not None:
+            need_text_field(src, [fmt])
+
+
 def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = False,
                 derived: Derived = NOTHING_DERIVED) -> SourceFrame:
     """Read one source's files into parsed (not yet numbered) rows, one part per format, with
@@ -659,11 +684,7 @@ def read_source(spark: SparkSession, src: Source, index: int, keep_raw: bool = F
     from pyspark import StorageLevel
 
     files = list_files(spark, src)
-    if src.text_field is None and not src.noleak and any(f != "txt" for _, f in files):
-        raise LeakcheckError(
-            errors.MISSING_FIELD, f"no text field given for {src.label}",
-            "pass --text-field NAME (or -o NAME.text=FIELD); only .txt sources need none",
-        )
+    need_text_field(src, [f for _, f in files])
     if src.id_field and not src.noleak and any(f == "txt" for _, f in files):
         raise LeakcheckError(
             errors.MISSING_FIELD, f"id field {src.id_field!r} given for {src.label}, but a .txt "

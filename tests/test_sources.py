@@ -15,7 +15,13 @@ from conftest import spark_conf, write_jsonl
 
 from leakcheck_spark import LeakcheckError, Options, Source
 from leakcheck_spark.errors import TYPE_CLASH_HINT
-from leakcheck_spark.sources import file_format, line_ending, read_csv, read_records
+from leakcheck_spark.sources import (
+    check_text_fields,
+    file_format,
+    line_ending,
+    read_csv,
+    read_records,
+)
 
 COLS = ["dataset", "split", "group", "id", "row", "text", "label", "label_canon"]
 SCHEMA_INT = ("dataset string, split string, group string, id long, row long, text string, "
@@ -405,6 +411,17 @@ def test_a_bad_csv_row_before_an_invalid_utf8_one_is_the_error_reported(cli, tmp
                      "--quiet")
     assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]: invalid UTF-8 "
                                       f"in line 2 of {tmp_path / 't.csv'}"), err
+
+
+def test_a_missing_text_field_is_found_from_the_path_before_spark_when_it_can_be():
+    # One file, hf: and table: say their format by name: the CLI refuses them before it starts
+    # Spark (~9 s); a directory or glob is listed first.
+    for path in ("a.jsonl.gz", "hf:org/x", "table:db.t"):
+        with pytest.raises(LeakcheckError, match=f"no text field given for a={path}"):
+            check_text_fields([Source("a", "b.txt"), Source("a", path)])
+    check_text_fields([Source("a", "b.txt"), Source("a", "dir"), Source("a", "*.jsonl"),
+                       Source("a", "x.jsonl", text_field="t"),
+                       Source("a", "x.jsonl", noleak=True)])
 
 
 def test_a_line_that_is_not_json_is_named_with_what_to_do(cli, tmp_path):
