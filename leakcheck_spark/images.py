@@ -337,20 +337,21 @@ def _as_given(col, source: str):  # noqa: ANN001, ANN202 - a Column
             .when(col.startswith(absolute + "/"), inside).otherwise(col))
 
 
-def unscanned_images(spark: SparkSession, sources: Sequence[Source],
+def unscanned_images(spark: SparkSession, sources: Sequence[Source], frames: Sequence[DataFrame],
                      hashed: DataFrame) -> DataFrame | None:
     """The image files of the directory and glob sources that their scans gave no row, as rows
     of :func:`read_images` with null content, so the executors read them by path and say why
     they cannot: a file the scan could not open (it skips those, :func:`_image_files`), and a
     zero-byte file (a scan reads byte ranges and it has none).  Each is an image to count as
-    unreadable, never one to leave out.  `hashed` holds the (_src, id) of the scans' rows,
-    hashed and cached: the scans are not run again to find what they gave.  None when no source
-    is a directory or glob."""
+    unreadable, never one to leave out.  `frames` are the sources' :func:`read_images` (their
+    listings are not made again), and `hashed` holds the (_src, id) of the scans' rows, hashed
+    and cached: the scans are not run again to find what they gave.  None when no source is a
+    directory or glob."""
     import pyarrow as pa
     import pyspark.sql.functions as F
 
-    frames = []
-    for index, src in enumerate(sources):
+    listings = []
+    for index, (src, frame) in enumerate(zip(sources, frames)):
         if _kind(src.path) != "files":
             continue
         # The listing is the only public (and Spark Connect) way to the files a scan skips, as
@@ -359,17 +360,17 @@ def unscanned_images(spark: SparkSession, sources: Sequence[Source],
         # ("my%20cat.png") where the scan's rows give Hadoop paths ("my cat.png"): compared as
         # they come, a name with a space, % or the like would never be "seen", and that image
         # would be counted a second time, as an unreadable one.
-        files = [unquote(p) for p in _image_files(spark, src.path).inputFiles()]
+        files = [unquote(p) for p in frame.inputFiles()]
         listed = spark.createDataFrame(pa.table({"path": pa.array(files, pa.string())}))
-        frames.append(listed.select(
+        listings.append(listed.select(
             F.lit(index).alias("_src"), F.lit(src.name).alias("dataset"),
             F.lit(src.split or DEFAULT_SPLIT).alias("split"),
             _as_given(_display("path"), src.path).alias("id"), _display("path").alias("path"),
             F.lit(None).cast("binary").alias("content")))
-    if not frames:
+    if not listings:
         return None
-    listed = frames[0]
-    for df in frames[1:]:
+    listed = listings[0]
+    for df in listings[1:]:
         listed = listed.unionByName(df)
     return listed.join(hashed.select("_src", "id"), ["_src", "id"], "left_anti")
 
@@ -652,7 +653,7 @@ def images(sources: Sequence[Source], options: ImageOptions | None = None,
                                "spark.sql.files.openCostInBytes": FILE_OPEN_COST}):
         hashes = everything.mapInArrow(hash_batches, _HASHED_DDL).persist(level)
         hashes.count()  # hash once (the sort below would run the hashing again to sample)
-        unscanned = unscanned_images(spark, sources, hashes)
+        unscanned = unscanned_images(spark, sources, frames, hashes)
         if unscanned is not None:
             scanned = hashes
             hashes = scanned.unionByName(unscanned.mapInArrow(hash_batches, _HASHED_DDL)
