@@ -241,11 +241,12 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
     # against: the 5 smallest ids of --against records matching the record's key.
     if against is not None:
         ids = match.smallest_ids(against, by=("key",)).withColumnRenamed("key", "other")
-        hits = (
-            edges.join(ids, "other").groupBy("key")
-            .agg(match.first_ids(F.col("ids")).alias("_against"),
-                 F.max(sim).alias("_against_sim"))
-        )
+        best = (edges.join(ids.select("other"), "other").groupBy("key")
+                .agg(F.max(sim).alias("_against_sim")))
+        listed = match.ranked_ids(edges.select("key", "other").join(match.id_rows(ids), "other"),
+                                  ("key",))
+        hits = listed.select("key", match.plain_ids(F.col("ids")).alias("_against")).join(
+            best, "key")
         df = df.join(hits, "key", "left")
     else:
         df = df.withColumn("_against", null_ids).withColumn("_against_sim", F.lit(None))
@@ -273,12 +274,11 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
         own = (conflict_test.select("row", "key", "label_canon").where(nonempty)
                .join(per_label, "key"))
         other = ~F.col("_other_label").eqNullSafe(F.col("label_canon"))
-        conflicts = (
-            own.join(n_labels, "key")
-            .where(other & (F.col("label_canon").isNotNull() | (F.col("_n_labels") > 1)))
-            .groupBy("row")
-            .agg(match.first_ids(F.col("ids")).alias("_conflict"))
-        )
+        others = (own.join(n_labels, "key")
+                  .where(other & (F.col("label_canon").isNotNull() | (F.col("_n_labels") > 1)))
+                  .select("row", "ids"))
+        conflicts = match.ranked_ids(match.id_rows(others), ("row",)).select(
+            "row", match.plain_ids(F.col("ids")).alias("_conflict"))
         df = df.join(conflicts, "row", "left")
     else:
         df = df.withColumn("_conflict", null_ids)

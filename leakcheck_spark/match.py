@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 from leakcheck_spark.errors import require_columns
 
 if TYPE_CHECKING:
+    from typing import Sequence
+
     from pyspark.sql import Column, DataFrame
 
 MAX_MATCH_IDS = 5
@@ -158,40 +160,60 @@ def smallest_ids(records: DataFrame, by: tuple[str, ...] = ("key", "group"),
                  k: int = MAX_MATCH_IDS) -> DataFrame:
     """(*by, ids): the k smallest ids of the non-empty records of each `by` cell, ascending.
 
-    `ids` holds (id_num, id) structs, so integer ids sort numerically; :func:`first_ids` merges
-    such arrays.  A window keeps the sort per cell (spilling if a key has many copies) instead of
-    collecting every id of a large duplicate group into one row.  An id repeated in a cell (a
-    dataset may repeat ids) counts once: dense ranks, collected as a set (at most k values).
+    `ids` holds (id_num, id) structs, so integer ids sort numerically (:func:`ranked_ids`).
+    """
+    import pyspark.sql.functions as F
+
+    require_columns(records, "match.smallest_ids",
+                    dict.fromkeys((*by, "key", "id_num", "id")), "records")
+    return ranked_ids(records.where(F.col("key").isNotNull()), by, k)
+
+
+def ranked_ids(rows: DataFrame, by: Sequence[str], k: int = MAX_MATCH_IDS,
+               kind: str | None = None) -> DataFrame:
+    """(*by, [kind,] ids): the k smallest distinct (id_num, id) of `rows` in each `by` cell, as
+    an ascending array of structs; with `kind` (a column ranked before the id), only the ids of
+    the cell's smallest kind, and that kind.
+
+    A dense rank in a window keeps k ids a cell: Spark limits each cell to its first k before
+    the shuffle (a partial window group limit), so a cell reached by thousands of rows (a cluster
+    of near-identical texts) moves and sorts k rows, never one array of all of them.  An id
+    repeated in a cell (a dataset may repeat ids; a record reached through two edges) counts
+    once: dense ranks, collected as a set (at most k values).
     """
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
-    require_columns(records, "match.smallest_ids",
-                    dict.fromkeys((*by, "key", "id_num", "id")), "records")
-    w = Window.partitionBy(*by).orderBy("id_num", "id")
-    return (
-        records.where(F.col("key").isNotNull())
-        .select(*by, "id_num", "id").withColumn("_rank", F.dense_rank().over(w))
-        .where(F.col("_rank") <= k)
-        .groupBy(*by).agg(F.array_sort(F.collect_set(F.struct("id_num", "id"))).alias("ids"))
-    )
+    order = [*([kind] if kind else []), "id_num", "id"]
+    w = Window.partitionBy(*by).orderBy(*order)
+    top = (rows.select(*by, *order).withColumn("_rank", F.dense_rank().over(w))
+           .where(F.col("_rank") <= k))
+    if kind is None:
+        return top.groupBy(*by).agg(F.array_sort(F.collect_set(F.struct("id_num", "id")))
+                                    .alias("ids"))
+    cells = top.groupBy(*by).agg(F.min(kind).alias(kind),
+                                 F.collect_set(F.struct(kind, "id_num", "id")).alias("_ids"))
+    own = F.filter("_ids", lambda x: x[kind] == F.col(kind))
+    return cells.select(*by, kind, F.transform(
+        F.array_sort(own), lambda x: F.struct(x["id_num"].alias("id_num"), x["id"].alias("id"))
+    ).alias("ids"))
 
 
-def first_ids(id_arrays: Column, k: int = MAX_MATCH_IDS) -> Column:
-    """Aggregate: the k smallest ids over the `ids` arrays of :func:`smallest_ids` in a group."""
+def id_rows(ids: DataFrame) -> DataFrame:
+    """The rows of :func:`smallest_ids`' arrays: one (..., id_num, id) per id, for
+    :func:`ranked_ids` to rank again in other cells."""
     import pyspark.sql.functions as F
 
-    return _smallest(F.collect_list(id_arrays), k)
+    rest = [c for c in ids.columns if c != "ids"]
+    return (ids.select(*rest, F.explode("ids").alias("_id"))
+            .select(*rest, "_id.id_num", "_id.id"))
 
 
-def _smallest(collected: Column, k: int = MAX_MATCH_IDS) -> Column:
-    """The k smallest ids of an array of `ids` arrays (:func:`smallest_ids`), as plain ids."""
+def plain_ids(ids: Column) -> Column:
+    """The ids of an `ids` array of :func:`ranked_ids`, as they are."""
     import pyspark.sql.functions as F
 
-    # Distinct: with near matching one record can be reached twice (an exact edge between two
-    # units of a key, and a near edge between the same two units).
-    merged = F.slice(F.array_sort(F.array_distinct(F.flatten(collected))), 1, k)
-    return F.transform(merged, lambda x: x["id"])
+    return F.transform(ids, lambda x: x["id"])
 
 
 def overlaps(records: DataFrame, reached: DataFrame) -> DataFrame:
@@ -210,27 +232,19 @@ def overlaps(records: DataFrame, reached: DataFrame) -> DataFrame:
                     {"key": None, "group": None, "other": None, "to_group": None, "match": None,
                      "similarity": None}, "reached groups (match.reach)")
 
-    ids = smallest_ids(records).select(
-        F.col("key").alias("other"), F.col("group").alias("to_group"), "ids"
-    )
-    is_exact = F.col("match") == "exact"
-    # The ids reached by each kind of edge apart (each edge's ids in one list, so no more is
-    # held than one list of all of them), so an exact row lists only its exact matches.
-    exact_ids = F.collect_list(F.when(is_exact, F.col("ids")))
-    near_ids = F.collect_list(F.when(~is_exact, F.col("ids")))
-    exact = F.size("_exact_ids") > 0
-    per_key = (
-        reached.where(F.col("group") != F.col("to_group"))
-        .join(ids, ["other", "to_group"])
-        .groupBy("key", "group", "to_group")
-        .agg(
-            exact_ids.alias("_exact_ids"), near_ids.alias("_near_ids"),
-            F.max(F.when(~is_exact, F.col("similarity"))).alias("near_similarity"),
-        )
-        .select("key", "group", "to_group", exact.alias("exact"), "near_similarity",
-                _smallest(F.when(exact, F.col("_exact_ids")).otherwise(F.col("_near_ids")))
-                .alias("match_ids"))
-    )
+    ids = id_rows(smallest_ids(records).select(
+        F.col("key").alias("other"), F.col("group").alias("to_group"), "ids"))
+    cell = ("key", "group", "to_group")
+    cross = reached.where(F.col("group") != F.col("to_group"))
+    # Exact edges rank first: a cell with one lists its exact matches only.
+    near = (F.col("match") != "exact").cast("int").alias("_near")
+    listed = ranked_ids(cross.select(*cell, "other", near).join(ids, ["other", "to_group"]),
+                        cell, kind="_near")
+    best = cross.groupBy(*cell).agg(
+        F.max(F.when(F.col("match") != "exact", F.col("similarity"))).alias("near_similarity"))
+    per_key = listed.join(best, list(cell)).select(
+        *cell, (F.col("_near") == 0).alias("exact"), "near_similarity",
+        plain_ids(F.col("ids")).alias("match_ids"))
     return (
         records.where(F.col("key").isNotNull()).select("key", "group", "id")
         .join(per_key, ["key", "group"])

@@ -219,6 +219,37 @@ def test_match_ids_are_the_five_smallest_distinct_ids(spark, tmp_path):
     assert rows[("b/train", 1)] == [9]
 
 
+def test_a_cell_reached_by_a_cluster_lists_its_five_smallest_ids_without_collecting_all(spark):
+    # A record near 40 texts of another group (a cluster of near copies): its row lists the 5
+    # smallest of their ids, exact ones first.  Before, each such cell collected every reached
+    # id into one array and sorted it: a 3,000-copy cluster spent ~50 s there; now Spark keeps
+    # 5 ids a cell before the shuffle (a window group limit).
+    import pyspark.sql.functions as F
+
+    from leakcheck_spark import match
+
+    keys = [bytes([k]) * 16 for k in range(42)]
+    df = spark.createDataFrame(
+        [(keys[0], "a/test", "a", "r0", 0)]
+        + [(keys[k], "b/train", "b", f"b{k}", 100 - k) for k in range(1, 41)]
+        + [(keys[41], "b/train", "b", "far", 999), (keys[0], "b/train", "b", "same", 500)],
+        "key binary, group string, dataset string, id string, id_num long")
+    near = spark.createDataFrame([(keys[0], keys[k], "near", (800 + k) / 1000) for k in range(1, 42)],
+                                 "key binary, other binary, match string, similarity double")
+    kg = match.key_groups(df)
+    reached = match.reach(kg, match.exact_edges(match.copied_keys(kg)).unionByName(near))
+    rows = match.overlaps(df, reached.where(F.col("other") != keys[0]))
+    assert [tuple(r) for r in rows.where(F.col("id") == "r0").collect()] == [
+        ("a/test", "r0", "b/train", ["b40", "b39", "b38", "b37", "b36"], "near", 0.841)]
+    both = match.overlaps(df, reached)  # with the exact copy: that one alone
+    assert [tuple(r) for r in both.where(F.col("id") == "r0").collect()] == [
+        ("a/test", "r0", "b/train", ["same"], "exact", 1.0)]
+    # A window group limit for each record's own ids, and one for the ids a cell reaches; no
+    # list of every reached id.
+    plan = both._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("WindowGroupLimit") == 4 and "collect_list" not in plan, plan
+
+
 def test_ids_sort_as_their_datasets_type_when_datasets_mix_id_types(spark, tmp_path):
     # a's ids are row indexes, b's strings, so the shared id column is a string.  Members and
     # match_ids list a's ids as numbers (9 before 10), as they do when every id is an integer;
