@@ -241,12 +241,11 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
     # against: the 5 smallest ids of --against records matching the record's key.
     if against is not None:
         ids = match.smallest_ids(against, by=("key",)).withColumnRenamed("key", "other")
-        best = (edges.join(ids.select("other"), "other").groupBy("key")
-                .agg(F.max(sim).alias("_against_sim")))
-        listed = match.ranked_ids(edges.select("key", "other").join(match.id_rows(ids), "other"),
-                                  ("key",))
-        hits = listed.select("key", match.plain_ids(F.col("ids")).alias("_against")).join(
-            best, "key")
+        reached = edges.select("key", "other", sim.alias("_sim")).join(match.id_rows(ids),
+                                                                       "other")
+        hits = (match.ranked_ids(reached, ("key",))
+                .select("key", match.plain_ids(F.col("ids")).alias("_against"))
+                .join(reached.groupBy("key").agg(F.max("_sim").alias("_against_sim")), "key"))
         df = df.join(hits, "key", "left")
     else:
         df = df.withColumn("_against", null_ids).withColumn("_against_sim", F.lit(None))
