@@ -48,7 +48,9 @@ its count is strictly greater (ties and empty text give ``c``):
 * python signals: a line starting (after indentation) with ``def ``,
   ``class ``, ``import `` or ``from <name> import``; a line ending in ``:``
   (block opener, optionally followed by a ``#`` comment); a line starting
-  with ``#`` that is not a preprocessor directive.
+  with ``#`` that is not a preprocessor directive; a ``#`` comment after code
+  on its line (whitespace, ``#``, then whitespace or the line's end: not a
+  macro's ``#x`` or ``a ## b``).
 * c signals: a line ending in ``;`` or ``{`` (optionally followed by a
   ``//`` or ``/*`` comment; a ``{`` right after ``=``, ``(``, ``[``, ``,``
   or ``:`` is a Python dict opener and does not count); a line starting with
@@ -146,7 +148,10 @@ _PP_WEAK = r"(?:if|else|error|warning|line)\b"
 _PY_HINT_RE = re.compile(
     r"\n[ \t]*(?:def[ \t]|class[ \t]|import[ \t]|from[ \t]+[\w.]+[ \t]+import\b"
     rf"|#(?![ \t]*{_PP_STRONG}|[ \t]*{_PP_WEAK}))"
-    r"|:[ \t]*(?:#[^\n]*)?$",
+    r"|:[ \t]*(?:#[^\n]*)?$"
+    # A comment after code ("x = 1  # note"), not C's "#x" or "a ## b" in a macro: "#" then
+    # whitespace, after 1-16 spaces or tabs that follow code (fixed-width lookbehinds).
+    r"|#(?=[ \t]|$)(?:" + "|".join(rf"(?<=\S[ \t]{{{n}}}#)" for n in range(1, 17)) + ")",
     re.MULTILINE,
 )
 _C_HINT_RE = re.compile(

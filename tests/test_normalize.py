@@ -337,6 +337,12 @@ def test_detect_lang_typical():
         # a dict opener is not a C block; the "if" line is
         ("d = {\n    'a': 1,\n}\nif d:\n    pass\n", "python"),
         ("switch (x) {\ncase 1:\n    y();\n}\n", "c"),
+        # a comment after code is Python's; a macro's "#x" and "a ## b" are not comments
+        ("w = 1  # note\n", "python"),
+        ('s = "#"\nw = 1\t# note\n', "python"),
+        ("#define STR(x) #x\n#define CAT(a, b) a ## b\n", "c"),
+        ("  # define X 1\n", "c"),
+        ("x = 1; // see # 5\n", "c"),
     ],
 )
 def test_detect_lang_cases(text, lang):
