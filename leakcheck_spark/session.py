@@ -30,6 +30,8 @@ _LOCAL_PARTITIONS_PER_CORE = 2
 _LOCAL_CORES = re.compile(
     r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\]|-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\])?")
 _LOCAL_DRIVER_MEMORY = "4g"
+# Seconds to wait for a Spark Connect server to accept a connection before the session starts.
+CONNECT_TIMEOUT = 10.0
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 # In local mode every task runs in the driver JVM, on a few cores.  The JVM's default collector
 # (G1) spends them on concurrent marking, refinement threads and write barriers; the throughput
@@ -86,9 +88,10 @@ def get_session(
     from pyspark.sql import SparkSession
 
     conf = list(conf)
+    flag = "--remote" if remote else "SPARK_REMOTE"
     remote = remote or os.environ.get("SPARK_REMOTE")
     if remote:
-        return _connect_session(remote, master, conf, app_name)
+        return _connect_session(remote, master, conf, app_name, flag)
     if master is not None:
         check_master(master)
     active = SparkSession.getActiveSession()
@@ -305,7 +308,7 @@ def _runs_tasks_in_driver(master: str) -> bool:
 
 
 def _connect_session(remote: str, master: str | None, conf: list[tuple[str, str]],
-                     app_name: str) -> SparkSession:
+                     app_name: str, flag: str = "--remote") -> SparkSession:
     """A Spark Connect session: the server owns the master, the JVM and the logs; settings
     given here are the session's SQL settings."""
     from pyspark.sql import SparkSession
@@ -314,6 +317,7 @@ def _connect_session(remote: str, master: str | None, conf: list[tuple[str, str]
         raise LeakcheckError(errors.USAGE, f"--master {master} and Spark Connect ({remote}) "
                              "cannot be used together", "the Connect server owns the master: "
                              "drop --master, or --remote / SPARK_REMOTE")
+    check_connect_server(remote, flag)
     builder = SparkSession.builder.remote(remote).appName(app_name)
     for key, value in [*_DEFAULTS.items(), *conf]:
         if key.startswith("spark.sql."):
@@ -328,6 +332,46 @@ def _connect_session(remote: str, master: str | None, conf: list[tuple[str, str]
     return session
 
 
+def check_connect_server(remote: str, flag: str = "--remote",
+                         timeout: float = CONNECT_TIMEOUT) -> None:
+    """Refuse a malformed Spark Connect URL, and a server nobody answers at (its port refuses
+    or drops the connection): pyspark's client would retry for ~10 minutes without a word.
+
+    ``local`` URLs (pyspark starts a server itself) pass as they are; without the Connect
+    client packages, starting the session says what is missing.
+
+    Raises:
+        LeakcheckError: LC_E_USAGE for a URL that is not ``sc://HOST[:PORT][/;KEY=VALUE...]``,
+            LC_E_IO for a host or port that cannot be reached.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    if remote.startswith("local"):
+        return
+    try:
+        from pyspark.sql.connect.client import DefaultChannelBuilder
+    except ImportError:
+        return
+    try:
+        DefaultChannelBuilder(remote)  # pyspark's own checks of the URL
+        url = urlparse("http" + remote[2:])
+        host, port = url.hostname, url.port or DefaultChannelBuilder.default_port()
+    except ValueError:
+        raise LeakcheckError(errors.USAGE, f"{flag} {remote}: not a Spark Connect URL",
+                             "write sc://HOST:PORT (port 15002 if left out; settings after /;, "
+                             "e.g. sc://HOST:443/;use_ssl=true;token=...)") from None
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        reason = ("no answer" if isinstance(exc, TimeoutError) else
+                  exc.strerror.lower() if exc.strerror else str(exc) or type(exc).__name__)
+        raise LeakcheckError(errors.IO, f"cannot reach the Spark Connect server {remote} "
+                             f"({host} port {port}): {reason}",
+                             f"is the server up and listening there? check {flag}") from None
+
+
+_GRPC_DETAILS = re.compile(r'^\s*details = "(.*)"\s*$', re.M)
 _BAD_CONF = re.compile(r"\[INVALID_CONF_VALUE[.\w]*\] ([^\n]*?)(?: SQLSTATE: \w+)?$", re.M)
 
 
@@ -360,10 +404,17 @@ def _start_error(master: str | None, exc: BaseException) -> LeakcheckError:
         except Exception:  # noqa: BLE001 - the gateway may be gone already
             break
         reason = message or reason
+    grpc = _GRPC_DETAILS.search(str(exc))  # a Connect error: "<_InactiveRpcError of RPC ..."
+    if grpc:
+        reason = grpc.group(1)
     reason = reason.strip().splitlines()[0][:300] if reason.strip() else type(exc).__name__
     if "stopped SparkContext" in reason:  # what a standalone master that never answers leaves
         reason = "no answer from the master (Spark gave up and stopped the session)"
     where = f"on {master}" if master else "(spark-submit's master)"
+    if master and master.startswith("sc://"):
+        return LeakcheckError(errors.IO, f"cannot start a Spark session {where}: {reason}",
+                              "is a Spark Connect server listening there? check --remote / "
+                              "SPARK_REMOTE and --conf settings")
     return LeakcheckError(errors.IO, f"cannot start a Spark session {where}: {reason}",
                           "check --master (is the cluster up and reachable?) and --conf settings")
 

@@ -460,6 +460,51 @@ def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
     assert "--master 'nosuch://host' is not a Spark master URL" in proc.stderr
 
 
+def test_a_connect_url_that_is_malformed_or_answers_nobody_is_one_error_line(tmp_path):
+    """Refused before any session: pyspark's Connect client would retry a closed port for
+    ~10 minutes without a word (the timeout here would catch that)."""
+    import socket
+    import subprocess
+    import sys
+
+    write_jsonl(tmp_path / "a.jsonl", [{"t": "x"}])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nobody listens once the socket is closed
+    closed = f"sc://127.0.0.1:{port}"
+    cases = [
+        (["--remote", "http://localhost:15002"], {}, "LC_E_USAGE",
+         "--remote http://localhost:15002: not a Spark Connect URL (hint: write sc://HOST:PORT"),
+        (["--remote", "sc://localhost/x"], {}, "LC_E_USAGE",
+         "--remote sc://localhost/x: not a Spark Connect URL"),
+        ([], {"SPARK_REMOTE": closed}, "LC_E_IO",
+         f"cannot reach the Spark Connect server {closed} (127.0.0.1 port {port}): connection "
+         "refused (hint: is the server up and listening there? check SPARK_REMOTE)"),
+    ]
+    for flags, env, code, needle in cases:
+        proc = subprocess.run(
+            [sys.executable, "-m", "leakcheck_spark", "audit", "-d", f"a={tmp_path / 'a.jsonl'}",
+             "--text-field", "t", "--out-dir", "out", *flags],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+            env={**os.environ, **env})
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert error_code(proc.stderr) == code and needle in proc.stderr, proc.stderr
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_connect_session_that_fails_to_start_names_grpcs_details():
+    from leakcheck_spark.session import _start_error
+
+    exc = RuntimeError('<_InactiveRpcError of RPC that terminated with:\n'
+                       '\tstatus = StatusCode.UNAVAILABLE\n'
+                       '\tdetails = "failed to connect to all addresses"\n'
+                       '\tdebug_error_string = "UNKNOWN:Error received from peer"\n>')
+    err = _start_error("sc://h:15002", exc)
+    assert err.message == ("cannot start a Spark session on sc://h:15002: failed to connect to "
+                           "all addresses")
+    assert "--remote" in err.hint and "--master" not in err.hint
+
+
 @pytest.mark.parametrize("master, ok", [
     ("local", True), ("local[2]", True), ("local[*]", True), ("local[4,3]", True),
     ("local[*, 2]", True), ("local-cluster[2,1,1024]", True), ("spark://h:7077", True),
