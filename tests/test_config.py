@@ -103,9 +103,14 @@ def test_every_toml_template_parses():
 
 
 def test_emr_step_runs_the_audit_job_with_a_shipped_config():
-    step = json.loads((CONF / "emr-step.json").read_text())["Steps"][0]
-    args = step["HadoopJarStep"]["Args"]
-    assert step["HadoopJarStep"]["Jar"] == "command-runner.jar" and args[0] == "spark-submit"
+    # The form of `aws emr add-steps --steps file://...` (which takes no --cli-input-json): a
+    # list of steps with the CLI's own keys, not the AddJobFlowSteps API's HadoopJarStep.
+    (step,) = json.loads((CONF / "emr-steps.json").read_text())
+    assert set(step) <= {"Type", "Name", "ActionOnFailure", "Jar", "Args", "MainClass",
+                         "Properties"}
+    args = step["Args"]
+    assert step["Type"] == "CUSTOM_JAR" and step["Jar"] == "command-runner.jar"
+    assert args[0] == "spark-submit"
     own = job_args(args, "jobs/audit.py")
     shipped = args[args.index("--files") + 1].split(",")
     assert any(Path(f).name == Path(own[own.index("--config") + 1]).name for f in shipped)
