@@ -334,17 +334,21 @@ def _connect_session(remote: str, master: str | None, conf: list[tuple[str, str]
 
 def check_connect_server(remote: str, flag: str = "--remote",
                          timeout: float = CONNECT_TIMEOUT) -> None:
-    """Refuse a malformed Spark Connect URL, and a server nobody answers at (its port refuses
-    or drops the connection): pyspark's client would retry for ~10 minutes without a word.
+    """Refuse a malformed Spark Connect URL, and a server that cannot be reached (a host that
+    does not resolve or answer, a port nobody listens at): pyspark's client would retry for
+    ~10 minutes without a word.
 
     ``local`` URLs (pyspark starts a server itself) pass as they are; without the Connect
-    client packages, starting the session says what is missing.
+    client packages, starting the session says what is missing.  Behind a proxy (``grpc_proxy``,
+    ``https_proxy``, ... set for the host) gRPC goes through it, so the host is not tried
+    directly.
 
     Raises:
         LeakcheckError: LC_E_USAGE for a URL that is not ``sc://HOST[:PORT][/;KEY=VALUE...]``,
             LC_E_IO for a host or port that cannot be reached.
     """
     import socket
+    import urllib.request
     from urllib.parse import urlparse
 
     if remote.startswith("local"):
@@ -361,6 +365,9 @@ def check_connect_server(remote: str, flag: str = "--remote",
         raise LeakcheckError(errors.USAGE, f"{flag} {remote}: not a Spark Connect URL",
                              "write sc://HOST:PORT (port 15002 if left out; settings after /;, "
                              "e.g. sc://HOST:443/;use_ssl=true;token=...)") from None
+    proxies = urllib.request.getproxies()
+    if proxies.keys() & {"grpc", "https", "http"} and not urllib.request.proxy_bypass(host):
+        return
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as exc:

@@ -486,7 +486,8 @@ def test_a_connect_url_that_is_malformed_or_answers_nobody_is_one_error_line(tmp
             [sys.executable, "-m", "leakcheck_spark", "audit", "-d", f"a={tmp_path / 'a.jsonl'}",
              "--text-field", "t", "--out-dir", "out", *flags],
             capture_output=True, text=True, timeout=120, cwd=tmp_path,
-            env={**os.environ, **env})
+            env={**{k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")},
+                 **env})
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert error_code(proc.stderr) == code and needle in proc.stderr, proc.stderr
         assert not (tmp_path / "out").exists()
