@@ -418,12 +418,11 @@ def _start_error(master: str | None, exc: BaseException) -> LeakcheckError:
     if "stopped SparkContext" in reason:  # what a standalone master that never answers leaves
         reason = "no answer from the master (Spark gave up and stopped the session)"
     where = f"on {master}" if master else "(spark-submit's master)"
-    if master and master.startswith("sc://"):
-        return LeakcheckError(errors.IO, f"cannot start a Spark session {where}: {reason}",
-                              "is a Spark Connect server listening there? check --remote / "
-                              "SPARK_REMOTE and --conf settings")
+    hint = ("is a Spark Connect server listening there? check --remote / SPARK_REMOTE"
+            if master and master.startswith("sc://") else
+            "check --master (is the cluster up and reachable?)")
     return LeakcheckError(errors.IO, f"cannot start a Spark session {where}: {reason}",
-                          "check --master (is the cluster up and reachable?) and --conf settings")
+                          f"{hint} and --conf settings")
 
 
 def _submit_conf() -> dict:

@@ -504,6 +504,9 @@ def test_a_connect_session_that_fails_to_start_names_grpcs_details():
     assert err.message == ("cannot start a Spark session on sc://h:15002: failed to connect to "
                            "all addresses")
     assert "--remote" in err.hint and "--master" not in err.hint
+    err = _start_error("spark://h:7077", RuntimeError("boom\nat ..."))
+    assert err.message == "cannot start a Spark session on spark://h:7077: boom"
+    assert err.hint == "check --master (is the cluster up and reachable?) and --conf settings"
 
 
 @pytest.mark.parametrize("master, ok", [
