@@ -11,7 +11,9 @@ A stage a user composes checks its input's schema first (:func:`require_columns`
 from __future__ import annotations
 
 import re
+import shlex
 import traceback
+import urllib.parse
 from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
@@ -114,7 +116,7 @@ def require_columns(df: DataFrame, stage: str, columns: Mapping[str, str | None]
 # What to do about a column stored as different types in two Parquet files of one source.
 TYPE_CLASH_HINT = ("give the column one type in every file of the source, or give the files as "
                    "separate sources")
-_PATH_NOT_FOUND = re.compile(r"Path does not exist: (\S+?)\.?(?: SQLSTATE|$)", re.M)
+_PATH_NOT_FOUND = re.compile(r"Path does not exist: (.+?)\.?(?: SQLSTATE|$)", re.M)
 _READ_FILE = re.compile(r"Encountered error while reading file (\S+?)\.?\s", re.M)
 # A listing refused: a directory (or one inside it) the user may not read, locally or on object
 # storage ("AccessDeniedException: s3a://b/k: getFileStatus on ...").
@@ -164,7 +166,7 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
         return LeakcheckError(IO, f"no such file or directory: {display_path(m.group(1))}")
     m = _READ_FILE.search(text)
     if m:
-        path = display_path(m.group(1))
+        path = display_path(from_spark(m.group(1)))
         cause = _cause(text)
         if cause.startswith("ChecksumException") and path.startswith("/"):
             # Hadoop's local filesystem checks a file against the .NAME.crc beside it, which
@@ -186,7 +188,7 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
         if hint is None and path.lower().endswith(tuple(_COMPRESSED)):
             tool = _COMPRESSED[next(e for e in _COMPRESSED if path.lower().endswith(e))]
             hint = (f"the file is damaged, or not compressed as its name says: check it with "
-                    f"{tool} -t {path}")
+                    f"{tool} -t {shlex.quote(path)}")
         m = _MALFORMED_CSV.search(cause)
         if m:
             row = m.group(1) if len(m.group(1)) <= 80 else m.group(1)[:77] + "..."
@@ -271,6 +273,17 @@ def _cause(text: str) -> str:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0][:300] if text.strip() else "I/O error"
+
+
+def from_spark(uri: str) -> str:
+    """A file as Spark names it in ``_metadata.file_path``, ``DataFrame.inputFiles()`` and its
+    "error while reading file" messages: URL-encoded (the file ``a b`` is ``a%20b``), which
+    neither a message nor a read should use.
+
+    >>> from_spark("file:/tmp/in%20put/a+b%2541.csv")
+    'file:/tmp/in put/a+b%41.csv'
+    """
+    return urllib.parse.unquote(uri)
 
 
 def display_path(uri: str) -> str:

@@ -28,7 +28,6 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Sequence
-from urllib.parse import unquote
 
 import numpy as np
 
@@ -360,7 +359,7 @@ def unscanned_images(spark: SparkSession, sources: Sequence[Source], frames: Seq
         # ("my%20cat.png") where the scan's rows give Hadoop paths ("my cat.png"): compared as
         # they come, a name with a space, % or the like would never be "seen", and that image
         # would be counted a second time, as an unreadable one.
-        files = [unquote(p) for p in frame.inputFiles()]
+        files = [errors.from_spark(p) for p in frame.inputFiles()]
         listed = spark.createDataFrame(pa.table({"path": pa.array(files, pa.string())}))
         listings.append(listed.select(
             F.lit(index).alias("_src"), F.lit(src.name).alias("dataset"),
@@ -474,12 +473,12 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
         fmt = next(v for ext, v in TABLE_EXTENSIONS.items() if low.endswith(ext))
         reader = read_inputs(spark)
         if fmt == "csv":
-            df = read_csv(spark, spark_uri(src.path))
+            df = read_csv(spark, spark_uri(src.path), patterns=True)  # the path may be a glob
             check_csv_utf8(spark, df)  # the CSV reader put U+FFFD for invalid bytes, silently
         elif fmt == "json":
             df = reader.option("multiLine", low.endswith(".json")).json(spark_uri(src.path))
         else:
-            df = read_parquet(spark, [spark_uri(src.path)], src)
+            df = read_parquet(spark, [spark_uri(src.path)], src, patterns=True)
     where = f"{src.path} (columns: {', '.join(df.columns[:12])})"
     if not opts.path_field and not opts.bytes_field:
         raise LeakcheckError(errors.MISSING_FIELD, f"{src.label} is a table: say which column "

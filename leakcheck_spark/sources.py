@@ -83,6 +83,8 @@ CSV_MALFORMED = "_lc_malformed"
 _MALFORMED_CSV = "{where} has the wrong number of fields"
 # How much of a CSV file (decompressed) line_ending looks at, and what it looks for.
 _ENDING_SCAN = 1 << 16
+# What Spark's readers take for glob syntax in a path (Hadoop's, and its backslash escape).
+_GLOB_CHARS = re.compile(r"([{}\[\]*?\\])")
 _FIRST_BREAK = re.compile(rb"[\r\n]")
 # A source read from the Spark catalog: table:NAME (a Hive metastore or Unity Catalog name).
 TABLE_PREFIX = "table:"
@@ -217,8 +219,20 @@ def read_inputs(spark: SparkSession) -> DataFrameReader:
     """``spark.read`` for the inputs of a run, whatever the session's settings: a session's
     ``spark.sql.files.ignoreCorruptFiles`` / ``ignoreMissingFiles`` would skip an unreadable
     input (a truncated .gz, a broken Parquet file) or the rest of it without a word; bad input
-    is an error here (the reader's options override the session's)."""
+    is an error here (the reader's options override the session's).  A listed file is given to
+    it as `literal` spells it."""
     return spark.read.options(ignoreCorruptFiles="false", ignoreMissingFiles="false")
+
+
+def literal(path: str) -> str:
+    """A file's path as a Spark reader must be given it to read that file: Spark takes a path
+    holding any of ``{}[]*?\\`` for a glob pattern (a listed ``a[1].jsonl`` read ``a1.jsonl``
+    in its place), and reads one whose glob characters are escaped as the file it names.
+
+    >>> print(literal("file:/d/a[1]{x}*.jsonl"))
+    file:/d/a\\[1\\]\\{x\\}\\*.jsonl
+    """
+    return _GLOB_CHARS.sub(r"\\\1", path)
 
 
 def _has_glob(path: str) -> bool:
@@ -733,7 +747,7 @@ def _read_lines(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
     # lineSep "\n": a "\r" stays in the line, so a kept CRLF row is written back byte-identical.
     # The value is cast to binary so invalid UTF-8 reaches Python as bytes (and is reported).
-    lines = read_inputs(spark).option("lineSep", "\n").text(files).select(
+    lines = read_inputs(spark).option("lineSep", "\n").text(list(map(literal, files))).select(
         F.col("value").cast("binary").alias("value"),
         *_file_position(),
     )
@@ -743,7 +757,8 @@ def _read_lines(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
 def _read_json_lists(spark: SparkSession, files: list[str], src: Source,
                      keep_raw: bool, derived: Derived) -> DataFrame:
-    blobs = read_inputs(spark).format("binaryFile").load(files).select("path", "content")
+    blobs = (read_inputs(spark).format("binaryFile").load(list(map(literal, files)))
+             .select("path", "content"))
     return blobs.mapInPandas(lambda it: parse_json_lists(it, src, keep_raw, derived),
                              _PARSED_DDL + derived.ddl())
 
@@ -896,7 +911,7 @@ def replaced_utf8(names: list[str], internal: list[str]) -> Column:
 
 
 def read_csv(spark: SparkSession, files: str | list[str], positions: bool = False,
-             flag_malformed: bool = False) -> DataFrame:
+             flag_malformed: bool = False, patterns: bool = False) -> DataFrame:
     """CSV files with a header, as the sources read them: every value a string, as in the file.
 
     multiLine: quoted newlines are part of a value.  Spark takes the column names from the first
@@ -915,16 +930,26 @@ def read_csv(spark: SparkSession, files: str | list[str], positions: bool = Fals
     CRLF file into LF; told it, it keeps every value byte for byte.  Files that end their lines
     differently are read apart (one scan each) and put together.  `positions`: each row also
     has its file and block (:data:`CSV_POSITION_COLUMNS`), which Spark's ``_metadata`` gives
-    only before the parts are put together.
+    only before the parts are put together.  `files` are files as they are named, or with
+    `patterns`, glob patterns.  Spark's multi-line CSV reader finds no file whose name holds
+    glob characters, even escaped (`literal`): such a file is refused.
     """
     from pyspark.sql import types as T
 
     files = [files] if isinstance(files, str) else files
+    if not patterns:
+        for file in files:
+            if _GLOB_CHARS.search(file):
+                raise LeakcheckError(
+                    errors.IO, f"cannot read {errors.display_path(file)}: Spark's CSV reader "
+                    "takes a path holding any of {}[]*?\\ for a glob pattern, and finds no "
+                    "such file", "rename the file (or its folder) without them, or convert it "
+                    "to JSON Lines or Parquet")
     by_ending = _by_line_ending(spark, files)
     mode = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CSV_MALFORMED} if (
         flag_malformed) else {"mode": "FAILFAST"}
-    reader = read_inputs(spark).options(header=True, multiLine=True, encoding="UTF-8",
-                                        enforceSchema=False, **mode, **CSV_DIALECT)
+    reader = read_inputs(spark).options(
+        header=True, multiLine=True, encoding="UTF-8", enforceSchema=False, **mode, **CSV_DIALECT)
 
     def read(ending: str | None, part: list[str], schema: object = None) -> DataFrame:
         r = reader if ending is None else reader.option("lineSep", ending)
@@ -976,13 +1001,15 @@ def _by_line_ending(spark: SparkSession, files: list[str]) -> dict[str | None, l
 def line_ending(spark: SparkSession, file: str) -> str | None:
     """The line ending of CSV `file` as Spark's parser would detect it: what the first CR or LF
     in its first 64 KiB (decompressed) starts, CRLF, CR or LF (as a string).  None when
-    there is none there, the file cannot be opened (the read reports it), or the session has
-    no JVM (Spark Connect): Spark then detects it itself.
+    there is none there or the file cannot be opened (the read reports it): Spark then detects
+    it itself.
 
-    Read on the driver through the Hadoop FileSystem and the codecs Spark reads the file with.
+    Read on the driver through the Hadoop FileSystem and the codecs Spark reads the file with;
+    a Spark Connect client, which has no JVM, asks its server for the file's first line instead
+    (`_ending_by_query`).
     """
     if is_connect(spark):
-        return None
+        return _ending_by_query(spark, file)
     jvm = spark.sparkContext._jvm
     try:  # Spark's own codec streams: Hadoop's zstd codec needs a native library
         stream = jvm.org.apache.spark.io.HadoopCodecStreams.createInputStream(
@@ -1006,13 +1033,49 @@ def line_ending(spark: SparkSession, file: str) -> str | None:
     return None
 
 
+def _ending_by_query(spark: SparkSession, file: str) -> str | None:
+    """`line_ending` through Spark queries (for a Spark Connect client, which has no JVM).
+
+    The first line of `file` of at most 64 KiB, as Spark splits lines at LF (Hadoop's line
+    reader passes over a longer one without holding it, and gives the next: one ending per
+    file), ends with CRLF if it ends with CR, with a lone CR if it holds one before that, else
+    with LF.  When there is no such line (a file of lone CRs is one line), the first two parts
+    of at most 64 KiB split at CR tell it: a lone CR ends the first unless the second starts
+    with LF.  None when neither tells (Spark's own detection then reads the file).
+    """
+    lines = _first_lines(spark, file, "\n", 1, _ENDING_SCAN)
+    if lines:
+        cr = lines[0].find("\r")
+        return "\n" if cr < 0 else "\r\n" if cr == len(lines[0]) - 1 else "\r"
+    parts = _first_lines(spark, file, "\r", 2, _ENDING_SCAN)
+    if not parts or "\n" in parts[0]:
+        return None
+    return "\r\n" if len(parts) > 1 and parts[1].startswith("\n") else "\r"
+
+
+def _first_lines(spark: SparkSession, file: str, sep: str = "\n", n: int = 1,
+                 max_length: int | None = None) -> list[str]:
+    """The first `n` lines of `file` split at `sep` (which they leave out); with `max_length`,
+    the first of at most that many bytes (Hadoop's line reader passes over longer ones without
+    holding them).  None of them when the file is empty or cannot be read (the read reports
+    it).  One partition's lines, in file order: a file's first split comes first."""
+    reader = read_inputs(spark).option("lineSep", sep)
+    if max_length is not None:
+        reader = reader.option("mapreduce.input.linerecordreader.line.maxlength", max_length)
+    try:
+        return [r.value for r in reader.text(literal(spark_uri(file))).limit(n).collect()]
+    except Exception:  # noqa: BLE001 - the read itself reports an unreadable file
+        return []
+
+
 def case_sensitive(spark: SparkSession) -> bool:
     """Whether Spark tells column names apart by case (``spark.sql.caseSensitive``, off by
     default)."""
     return spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
 
 
-def read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFrame:
+def read_parquet(spark: SparkSession, files: list[str], src: Source, patterns: bool = False,
+                 ) -> DataFrame:
     """The Parquet files of `src` (files or directories) with the union of their columns,
     whatever ``spark.sql.parquet.mergeSchema`` says: Spark's default reads every file with the
     columns of the first one by path, so a column only other files have would be left out of
@@ -1020,27 +1083,32 @@ def read_parquet(spark: SparkSession, files: list[str], src: Source) -> DataFram
 
     Columns are matched by name (by Spark's case rule); a file without a column reads null
     there.  Their order: the first file's (by path), then each new one in the path order of the
-    file that first has it.  Merging reads every file's footer (one Spark job).
+    file that first has it.  Merging reads every file's footer (one Spark job).  `files` are
+    named as they are (`literal`), or with `patterns`, glob patterns.
 
     Raises:
         LeakcheckError: BAD_FORMAT when two columns differ only in case (which Spark cannot tell
             apart unless spark.sql.caseSensitive is set), or when a file stores a column as a
             type that no earlier file's type can be read as (naming that file).
     """
+    def reader() -> DataFrameReader:  # a new one each time: options stick to a reader
+        return read_inputs(spark)
+
+    files = files if patterns else list(map(literal, files))
     try:
         try:
-            return read_inputs(spark).option("mergeSchema", "true").parquet(*files)
+            return reader().option("mergeSchema", "true").parquet(*files)
         except Exception as exc:  # noqa: BLE001 - handled below or re-raised
             if "CANNOT_MERGE_SCHEMAS" not in str(exc):
                 raise
         # Spark merges no two types (not even int and bigint, which its reader reads as one):
         # merge here, widening numbers as the reader does, or name the file that clashes.
-        listing = sorted(read_inputs(spark).option("mergeSchema", "false").parquet(*files)
-                         .inputFiles())
+        listing = sorted(map(errors.from_spark, reader().option("mergeSchema", "false")
+                             .parquet(*files).inputFiles()))
         mid = len(listing) // 2  # all of them together just failed: start from the halves
         schema = (_merge_into(spark, _merge_into(spark, None, listing[:mid]), listing[mid:])
                   if mid else _merge_into(spark, None, listing))
-        return read_inputs(spark).schema(schema).parquet(*files)
+        return reader().schema(schema).parquet(*files)
     except LeakcheckError:
         raise
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
@@ -1066,7 +1134,8 @@ def _merge_into(spark: SparkSession, base: StructType | None, files: list[str]) 
             the type the files before it gave it.
     """
     try:
-        schema = read_inputs(spark).option("mergeSchema", "true").parquet(*files).schema
+        schema = (read_inputs(spark).option("mergeSchema", "true")
+                  .parquet(*map(literal, files)).schema)
     except Exception as exc:  # noqa: BLE001 - halved below or re-raised
         if "CANNOT_MERGE_SCHEMAS" not in str(exc) or len(files) == 1:
             raise
@@ -1159,16 +1228,17 @@ _DECIMAL_DIGITS = 38  # the most digits a Spark decimal holds
 
 
 def _csv_header(spark: SparkSession, file: str) -> list[str] | None:
-    """The names in the header line of CSV `file` (a BOM taken off), or None if unreadable."""
+    """The names in the header line of CSV `file` (a BOM taken off; the line ends where the read
+    ends it, `line_ending`), or None if unreadable."""
     import csv
 
-    try:
-        first = read_inputs(spark).option("lineSep", "\n").text(spark_uri(file)).limit(1).collect()
-    except Exception:  # noqa: BLE001 - the read itself reports an unreadable file
-        return None
+    first = _first_lines(spark, file, line_ending(spark, file) or "\n")
     if not first:
         return None
-    return next(csv.reader([first[0].value.lstrip("\ufeff").rstrip("\r")]), [])
+    try:
+        return next(csv.reader([first[0].lstrip("\ufeff").rstrip("\r")]), [])
+    except csv.Error:  # a lone CR in an LF file's header: the read names what is wrong
+        return None
 
 
 def check_csv_header(spark: SparkSession, file: str, name: str | None) -> None:
@@ -1330,18 +1400,19 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
         suspects: dict[str, int] = {}  # CSV file -> the row index of its first U+FFFD
         spans: dict[str, list[int]] = {}  # file -> [row index of its first row, of the next]
         for b in blocks:
+            path = _block_path(b)
             if b._lc_file != prev_file:
                 line_base, prev_file = 0, b._lc_file
-                spans[b._lc_file] = [src_rows, src_rows]
+                spans[path] = [src_rows, src_rows]
             if b.err is not None and first_error is None:
                 err_row = src_rows + (b.err._lc_seq - b.min_seq if b.err._lc_seq is not None else 0)
                 if cap is None or err_row < cap:
                     first_error = (b, line_base + b.err._lc_line - b.min_line + 1, err_row)
             if b.fffd_seq is not None and (cap is None or src_rows + b.fffd_seq - b.min_seq < cap):
-                suspects.setdefault(b._lc_file, src_rows + b.fffd_seq - b.min_seq)
+                suspects.setdefault(path, src_rows + b.fffd_seq - b.min_seq)
             table.append([frame.index, b._lc_file, b._lc_block, b.min_seq, src_rows])
             src_rows += b.rows
-            spans[b._lc_file][1] = src_rows
+            spans[path][1] = src_rows
             line_base += b.max_line - b.min_line + 1
         if first_error is not None:  # a U+FFFD after the first bad row does not matter
             suspects = {f: row for f, row in suspects.items() if row <= first_error[2]}
@@ -1357,19 +1428,20 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
             err = errors.decode_row_error(b.err._lc_err)
             if b.fmt == "csv" and err.message == _MALFORMED_CSV:
                 raise _malformed_csv_error(spark, frame, b._lc_file, b.err._lc_seq, err.hint)
+            path = _block_path(b)
             if (b.fmt == "jsonl" and err.code == errors.BAD_FORMAT and not src.noleak
-                    and line_ending(spark, b._lc_file) == "\r"):
+                    and line_ending(spark, path) == "\r"):
                 # Lines end at LF here (a kept CRLF line is written back as it is): a file of
                 # lone CRs is one line, whose JSON has "extra data" after its first object.
                 raise LeakcheckError(
-                    errors.BAD_FORMAT, f"the lines of {errors.display_path(b._lc_file)} end "
+                    errors.BAD_FORMAT, f"the lines of {errors.display_path(path)} end "
                     "with a lone CR (\\r), not LF or CRLF as JSON Lines do",
                     "convert its line endings, e.g. tr '\\r' '\\n' < IN > OUT")
             if b.fmt == "parquet" and err.code == errors.MISSING_FIELD and src.id_field:
                 # An empty id: in a file without the column, every id is (the source's columns
                 # are its files' union), and "not in" says what to fix.
-                _check_parquet_column(spark, src, b._lc_file, "id field", src.id_field)
-            file = errors.display_path(b._lc_file)
+                _check_parquet_column(spark, src, path, "id field", src.id_field)
+            file = errors.display_path(path)
             number = line - 1 if b.fmt == "json" else line  # list elements count from 0
             where = f"{_UNIT[b.fmt]} {number} of {file}"
             # Once each: a message may go on to quote a value from the data, which is left alone.
@@ -1423,7 +1495,8 @@ def _malformed_csv_error(spark: SparkSession, frame: SourceFrame, file: str, seq
 
     part = dict(frame.parts)["csv"]
     names = frame.original_columns["csv"]
-    ending = line_ending(spark, file) or "\n"
+    path = errors.from_spark(file)
+    ending = line_ending(spark, path) or "\n"
 
     def breaks(c: Column) -> Column:
         return F.coalesce((F.length(c) - F.length(F.replace(c, F.lit(ending)))) / len(ending),
@@ -1448,12 +1521,12 @@ def _malformed_csv_error(spark: SparkSession, frame: SourceFrame, file: str, seq
     header_lines = 1 + sum(len(parts) - 1 for parts in header)
     header_empty = sum(x == "" for parts in header for x in parts[1:-1])
     lines = header_lines + r.rows + int(r.breaks or 0) - header_empty - int(r.empty or 0)
-    line = _nth_nonempty_line(spark, file, lines + 1)
+    line = _nth_nonempty_line(spark, path, lines + 1)
     text = r.text or ""
     fields = len(next(csv.reader(io.StringIO(text, newline="")), [""]))  # RFC 4180, as read
     where = f"line {line}" if line else f"row {r.rows + 1}"
     return LeakcheckError(
-        errors.BAD_FORMAT, f"{where} of {errors.display_path(file)} has {fields} "
+        errors.BAD_FORMAT, f"{where} of {errors.display_path(path)} has {fields} "
         f"field{'s' * (fields != 1)}, its header has {len(names)}", hint)
 
 
@@ -1491,9 +1564,9 @@ def _file_lines(spark: SparkSession, files: list[str]) -> DataFrame:
 
     lines = None
     for ending, part in _by_line_ending(spark, files).items():
-        reader = read_inputs(spark) if ending is None else (
-            read_inputs(spark).option("lineSep", ending))
-        df = reader.text(part).select("value", *_file_position(),
+        reader = read_inputs(spark)
+        reader = reader if ending is None else reader.option("lineSep", ending)
+        df = reader.text(list(map(literal, part))).select("value", *_file_position(),
                                       F.monotonically_increasing_id().alias("_lc_seq"))
         lines = df if lines is None else lines.unionAll(df)
     return lines
@@ -1542,13 +1615,14 @@ def invalid_utf8(spark: SparkSession, files: list[str], rows: dict[str, int] | N
         "_lc_seq", F.col("value").cast("binary").alias("b")))).alias("bad"))
     first: dict[str, tuple[int, str]] = {}  # file -> its first invalid line, and why
     for b in blocks:
-        if b.bad is not None and b._lc_file not in first:
+        file = errors.from_spark(b._lc_file)
+        if b.bad is not None and file not in first:
             try:
                 bytes(b.bad.b).decode("utf-8")
                 reason = "invalid bytes"  # Spark's rule, stricter than Python's (not seen)
             except UnicodeDecodeError as exc:
                 reason = f"{exc.reason} at byte {exc.start + 1} of the line"
-            first[b._lc_file] = (b.base + b.bad._lc_seq - b.min_seq + 1, reason)
+            first[file] = (b.base + b.bad._lc_seq - b.min_seq + 1, reason)
     order = {file: i for i, file in enumerate(files)}  # Spark may spell a path otherwise
     for file in sorted(first, key=lambda f: (order.get(f, len(order)), f)):
         if rows and file in rows:
@@ -1577,7 +1651,7 @@ def check_csv_utf8(spark: SparkSession, df: DataFrame) -> None:
     suspect = (df.toDF(*internal).select(replaced_utf8(df.columns, internal))
                .where(F.col(REPLACED_COLUMN)).take(1))
     if suspect:
-        invalid_utf8(spark, sorted(df.inputFiles()))
+        invalid_utf8(spark, sorted(map(errors.from_spark, df.inputFiles())))
 
 
 def _first_invalid_row(spark: SparkSession, file: str) -> int | None:
@@ -1594,9 +1668,9 @@ def _first_invalid_row(spark: SparkSession, file: str) -> int | None:
     import pyspark.sql.functions as F
 
     ending = line_ending(spark, file)
-    reader = read_inputs(spark).options(header=False, multiLine=True, encoding="ISO-8859-1",
-                                        **CSV_DIALECT)
-    df = (reader if ending is None else reader.option("lineSep", ending)).csv(file)
+    reader = read_inputs(spark).options(
+        header=False, multiLine=True, encoding="ISO-8859-1", **CSV_DIALECT)
+    df = (reader if ending is None else reader.option("lineSep", ending)).csv(literal(file))
     raw = F.encode(F.concat_ws(",", *[F.col(f"`{c}`") for c in df.columns]), "ISO-8859-1")
     seq = F.monotonically_increasing_id()  # the file is one partition (multiLine)
     numbered = df.select(seq.alias("seq"), F.is_valid_utf8(raw.cast("string")).alias("ok"))
@@ -1608,6 +1682,12 @@ def _first_invalid_row(spark: SparkSession, file: str) -> int | None:
     return None if r.bad is None else r.bad - r.first - 1
 
 
+def _block_path(block: object) -> str:
+    """The file of a block of the sources' scan, as a path (`from_spark`; a Hugging Face
+    dataset's own name as the loader gave it)."""
+    return block._lc_file if block.fmt == "hf" else errors.from_spark(block._lc_file)
+
+
 def _check_no_file_twice(frames: list[SourceFrame], by_src: dict[int, list]) -> None:
     """Raise USAGE when two sources of one group read the same file (``d`` and ``d/*.jsonl``):
     its records would be read twice, each counted as a duplicate of its own copy.  The specs
@@ -1615,7 +1695,7 @@ def _check_no_file_twice(frames: list[SourceFrame], by_src: dict[int, list]) -> 
     first: dict[tuple, Source] = {}
     for frame in frames:
         src = frame.source
-        for file in sorted({b._lc_file for b in by_src.get(frame.index, [])}):
+        for file in sorted({_block_path(b) for b in by_src.get(frame.index, [])}):
             other = first.setdefault((src.name, src.split, file), src)
             if other is not src:
                 raise LeakcheckError(
@@ -1631,10 +1711,10 @@ def _check_parquet_text_column(spark: SparkSession, src: Source, blocks: list) -
     text column reads as null texts (empty records), silently.  Only a file whose texts are all
     null (rare) can lack it, so only such files' own columns are looked at.
     """
-    files = {b._lc_file for b in blocks if b.fmt == "parquet"}
+    files = {_block_path(b) for b in blocks if b.fmt == "parquet"}
     if not src.text_field or len(files) < 2:  # one file's columns were checked when it was read
         return
-    with_text = {b._lc_file for b in blocks if b.fmt == "parquet" and b.has_text}
+    with_text = {_block_path(b) for b in blocks if b.fmt == "parquet" and b.has_text}
     for file in sorted(files - with_text):
         _check_parquet_column(spark, src, file, "text field", src.text_field)
 
@@ -1643,7 +1723,7 @@ def _check_parquet_column(spark: SparkSession, src: Source, file: str, flag: str
                           ) -> None:
     """Raise MISSING_FIELD if the Parquet `file` of `src` has no column `name` (by Spark's case
     rule); `flag` names the field ("text field").  Reads the file's footer."""
-    columns = read_inputs(spark).parquet(file).columns
+    columns = read_inputs(spark).parquet(literal(file)).columns
     fold = (lambda c: c) if case_sensitive(spark) else str.lower
     if fold(name) not in {fold(c) for c in columns}:
         raise LeakcheckError(

@@ -59,6 +59,33 @@ def write_jsonl(path: Path, rows: list) -> Path:
     return path
 
 
+def write_csv_endings(d: Path, big_cr: bool = False) -> list[list[str]]:
+    """CSV files in directory `d` (made here) with one line ending each: CRLF rows with a BOM,
+    gzipped CRLF rows, LF rows and CR rows (with `big_cr`, more than 64 KiB of them), each with
+    CRLF, LF and CR inside quoted values, and a last row whose text is ``leak``.  Returns the
+    rows a clean against ``leak`` keeps: the header and each file's other rows."""
+    import csv
+    import gzip
+    import io
+
+    values = ["al\r\npha", "be\r\n\r\nta", "gam\nma", "del\rta", "end\r"]
+    d.mkdir()
+    expected = [["id", "text"]]
+    for name, ending in (("a.csv", "\r\n"), ("b.csv.gz", "\r\n"), ("c.csv", "\n"),
+                         ("d.csv", "\r")):
+        rows = [[f"{name[0]}{i}", v] for i, v in enumerate(values)]
+        if big_cr and ending == "\r":
+            rows += [[f"{name[0]}{i}", f"{v} {i}"] for i in range(5, 5000) for v in values[:1]]
+        rows.append([f"{name[0]}x", "leak"])
+        buf = io.StringIO(newline="")
+        csv.writer(buf, lineterminator=ending, quoting=csv.QUOTE_NONNUMERIC).writerows(
+            [["id", "text"], *rows])
+        data = ("\ufeff" if name == "a.csv" else "").encode() + buf.getvalue().encode()
+        (d / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+        expected += rows[:-1]
+    return expected
+
+
 @pytest.fixture
 def unprivileged() -> list:
     """The command prefix that runs a process bound by file modes: root reads and writes past

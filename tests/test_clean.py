@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import csv
 import datetime
-import gzip
-import io
 import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from conftest import spark_conf, write_jsonl
+from conftest import spark_conf, write_csv_endings, write_jsonl
 
 
 def test_clean_jsonl_byte_identical_with_every_reason(cli, tmp_path):
@@ -318,19 +316,8 @@ def test_clean_of_csv_files_keeps_quoted_line_breaks_whatever_their_line_endings
     # Each file read with its own line ending: CRLF rows (with a BOM), gzipped CRLF rows, LF rows
     # and CR rows, each with CRLF, LF and CR inside quoted values.  Spark's detection turned a
     # quoted CRLF of a CRLF file into LF, and clean wrote the changed value.
-    values = ["al\r\npha", "be\r\n\r\nta", "gam\nma", "del\rta", "end\r"]
     d = tmp_path / "t"
-    d.mkdir()
-    expected = [["id", "text"]]
-    for name, ending in (("a.csv", "\r\n"), ("b.csv.gz", "\r\n"), ("c.csv", "\n"),
-                         ("d.csv", "\r")):
-        rows = [[f"{name[0]}{i}", v] for i, v in enumerate(values)] + [[f"{name[0]}x", "leak"]]
-        buf = io.StringIO(newline="")
-        csv.writer(buf, lineterminator=ending, quoting=csv.QUOTE_NONNUMERIC).writerows(
-            [["id", "text"], *rows])
-        data = ("\ufeff" if name == "a.csv" else "").encode() + buf.getvalue().encode()
-        (d / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
-        expected += rows[:-1]
+    expected = write_csv_endings(d)
     (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
     out = tmp_path / "o.csv"
     code, _, _ = cli("clean", "--test", f"t={d}", "--against", f"a={tmp_path / 'a.txt'}",

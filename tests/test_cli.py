@@ -156,6 +156,9 @@ def write(name, text):
     (write("x.jsonl", '{"func": "a", "idx": 1}\n{"func": "b", "idx": null}\n'),
      ["--id-field", "idx"], "LC_E_MISSING_FIELD", "id field 'idx' is null in line 2 of"),
     (write("x.csv", "code\na\n"), [], "LC_E_MISSING_FIELD", "'func'"),
+    # Lone CRs: the header is the file's first line as the read ends it, not all of the file.
+    (write("x.csv", "code,y\r1,2\r"), [], "LC_E_MISSING_FIELD", "'func' not in"),
+    (write("x.csv", "func,func\r1,2\r"), [], "LC_E_BAD_FORMAT", "repeats the column 'func'"),
     (bad_jsonl, [], "LC_E_BAD_FORMAT", "line 3 of"),
     (not_object, [], "LC_E_BAD_FORMAT", "line 2 of"),
     (write("x.jsonl", '{"func": "a"}\r{"func": "b"}\r'), [], "LC_E_BAD_FORMAT",

@@ -9,6 +9,7 @@ them, from a working directory that holds nothing of theirs.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import random
@@ -21,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import write_jsonl
+from conftest import write_csv_endings, write_jsonl
 
 pytestmark = pytest.mark.cluster
 
@@ -290,3 +291,19 @@ def test_spark_connect_gives_the_same_outputs(connect_server, inputs, local_resu
     go through fsspec, the DataFrame outputs through the server; the plain --report path is
     written by the client beside a server on the same machine."""
     _assert_same(_run_all(connect_server, inputs, tmp_path, VIEWFS), local_result)
+
+
+def test_spark_connect_keeps_quoted_line_breaks_of_csv_files_whatever_their_endings(
+        connect_server, tmp_path):
+    """The Connect client finds each CSV file's line ending through its server (it has no JVM to
+    read the file's start with): Spark's own detection turned a quoted CRLF of a CRLF file into
+    LF, so clean wrote changed rows.  The CR file is longer than the 64 KiB looked at."""
+    expected = write_csv_endings(tmp_path / "t", big_cr=True)
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    _submit(connect_server, "clean.py", [
+        "--test", f"t={tmp_path / 't'}", "--against", f"a={tmp_path / 'a.txt'}",
+        "--text-field", "text", "--out", str(tmp_path / "o.csv")], cwd)
+    with open(tmp_path / "o.csv", newline="", encoding="utf-8") as fh:
+        assert list(csv.reader(fh)) == expected

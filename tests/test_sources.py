@@ -899,3 +899,73 @@ def test_the_records_of_many_sources_are_numbered_by_one_join(spark, tmp_path):
     finally:
         for frame in frames:
             frame.unpersist()
+
+
+def test_errors_about_a_file_in_a_folder_with_a_space_name_it_and_find_what_is_wrong(cli,
+                                                                                       tmp_path):
+    # Spark names a row's file URL-encoded ("in%20put"): the messages showed that name, and the
+    # checks that read the file again (its invalid bytes, its bad row's line, its line ending)
+    # found no such file and said so instead of what is wrong with it.
+    d = tmp_path / "in put+%41"
+    d.mkdir()
+    files = {
+        "bad.csv": (b"id,func\n1,ab\xffc\n2,ok\n", "LC_E_BAD_FORMAT",
+                    "invalid UTF-8 in line 2 of {p} (invalid start byte at byte 5 of the line)"),
+        "mal.csv": (b"id,func\n1,abc\n2,ok,extra\n", "LC_E_BAD_FORMAT",
+                    "line 3 of {p} has 3 fields, its header has 2"),
+        "cr.jsonl": (b'{"func": "a"}\r{"func": "b"}\r', "LC_E_BAD_FORMAT",
+                     "the lines of {p} end with a lone CR"),
+        "t.jsonl.gz": (gzip.compress(b'{"func": "a"}\n' * 50)[:30], "LC_E_BAD_FORMAT",
+                       "cannot read {p}: EOFException"),
+        "missing.jsonl": (None, "LC_E_IO", "no such file or directory: {p} (hint"),
+    }
+    for name, (data, code, needle) in files.items():
+        path = d / name
+        if data is not None:
+            path.write_bytes(data)
+        rc, _, err = cli("audit", "-d", f"x={path}", "--text-field", "func", "--quiet")
+        assert rc == 2 and f"[{code}]" in err and needle.format(p=path) in err, err
+    (d / "ok.jsonl").write_text('{"func": "a"}\n')
+    rc, _, err = cli("clean", "--test", f"x={d / 'bad.csv'}", "--against", f"y={d / 'ok.jsonl'}",
+                     "--text-field", "func", "--out", tmp_path / "o.csv")
+    assert rc == 2 and f"in line 2 of {d / 'bad.csv'} (invalid start" in err, err
+    assert f"gzip -t '{d / 't.jsonl.gz'}'" in cli("audit", "-d", f"x={d / 't.jsonl.gz'}",
+                                                  "--text-field", "func")[2]
+    for bad in ("bad.csv", "mal.csv", "t.jsonl.gz", "cr.jsonl"):
+        (d / bad).unlink()
+    rc, _, err = cli("audit", "-d", f"x={d / 'ok.jsonl'}", "-d", f"x={d}", "--text-field", "func")
+    assert rc == 2 and f"both read {d / 'ok.jsonl'}: its records" in err, err
+
+
+def test_listed_files_named_like_a_glob_are_read_as_themselves(cli, tmp_path):
+    # Spark takes a path with [, {, * ... for a glob pattern: the listed a[1].jsonl was read as
+    # a1.jsonl (twice over, and its own records never), silently.  Each file here holds its own
+    # text, so any file read in another's place shows as a copy.
+    d = tmp_path / "in"
+    d.mkdir()
+    for name in ("a[1].jsonl", "a1.jsonl", "b{1}.json", "b1.json"):
+        row = {"func": f"text of {name}"}
+        (d / name).write_text(json.dumps([row] if name.endswith(".json") else row) + "\n")
+    for name in ("c[1].parquet", "c1.parquet"):
+        pq.write_table(pa.table({"func": [f"text of {name}"], name[:2]: [1]}), d / name)
+    out = tmp_path / "out"
+    rc, _, err = cli("audit", "-d", f"x={d}", "--text-field", "func", "--out-dir", out,
+                     "--quiet")
+    assert rc == 0, err
+    report = json.loads((out / "report.json").read_text())
+    assert report["groups"]["x/all"]["records"] == 6
+    assert report["split_matrix"]["x/all"]["x/all"]["count"] == 0
+    # (A path given with them is a glob, as documented: clean reads the folder.)
+    t = tmp_path / "t"
+    t.mkdir()
+    (d / "a[1].jsonl").rename(t / "a[1].jsonl")
+    (t / "a1.jsonl").write_text('{"func": "text of b1.json"}\n')
+    rc, _, _ = cli("clean", "--test", f"x={t}", "--against", f"y={d}", "--text-field", "func",
+                   "--out", tmp_path / "o.jsonl")
+    assert rc == 0 and (tmp_path / "o.jsonl").read_text() == '{"func": "text of a[1].jsonl"}\n'
+    # Spark's multi-line CSV reader finds no such file, even escaped: said so, and what to do.
+    (d / "e{1}.csv").write_text("func\nx\n")
+    rc, _, err = cli("audit", "-d", f"x={d}", "--text-field", "func", "--out-dir", out)
+    assert rc == 2 and err.startswith(
+        f"leakcheck-spark: error [LC_E_IO]: cannot read {d / 'e{1}.csv'}: Spark's CSV reader "
+        "takes a path holding any of {}[]*?\\ for a glob pattern"), err
