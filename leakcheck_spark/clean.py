@@ -26,6 +26,7 @@ from leakcheck_spark.session import release
 from leakcheck_spark.sources import (
     RECORD_COLUMNS,
     Derived,
+    literal,
     number_rows,
     original_column,
     read_source,
@@ -360,7 +361,7 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: 
     none_kept = result.counts["kept"] == 0
     source = result.rows if none_kept else result.kept  # not `kept`: maybe one task's
     source.select("raw").write.text(outputs.spark_uri(aside))
-    schema = spark.read.json(outputs.spark_uri(aside)).schema
+    schema = spark.read.json(literal(outputs.spark_uri(aside))).schema  # `--out` may hold "["
     # The reader sorts the columns by name; they are put back in the order the keys first
     # appear in the rows (as pandas reads JSON Lines), so `id,text,label` stays that way.  One
     # row per distinct key reaches the driver: as many as the columns.

@@ -930,21 +930,15 @@ def read_csv(spark: SparkSession, files: str | list[str], positions: bool = Fals
     CRLF file into LF; told it, it keeps every value byte for byte.  Files that end their lines
     differently are read apart (one scan each) and put together.  `positions`: each row also
     has its file and block (:data:`CSV_POSITION_COLUMNS`), which Spark's ``_metadata`` gives
-    only before the parts are put together.  `files` are files as they are named, or with
-    `patterns`, glob patterns.  Spark's multi-line CSV reader finds no file whose name holds
-    glob characters, even escaped (`literal`): such a file is refused.
+    only before the parts are put together.  `files` are files as they are named (`literal`),
+    or with `patterns`, glob patterns.  Spark's multi-line CSV reader finds a file whose path
+    holds glob characters only when it is given the columns (its inference globs the path
+    again, escaped or not): for such a file they are read from its header here, named as Spark
+    names them (`_spark_names`).
     """
     from pyspark.sql import types as T
 
     files = [files] if isinstance(files, str) else files
-    if not patterns:
-        for file in files:
-            if _GLOB_CHARS.search(file):
-                raise LeakcheckError(
-                    errors.IO, f"cannot read {errors.display_path(file)}: Spark's CSV reader "
-                    "takes a path holding any of {}[]*?\\ for a glob pattern, and finds no "
-                    "such file", "rename the file (or its folder) without them, or convert it "
-                    "to JSON Lines or Parquet")
     by_ending = _by_line_ending(spark, files)
     mode = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CSV_MALFORMED} if (
         flag_malformed) else {"mode": "FAILFAST"}
@@ -953,12 +947,22 @@ def read_csv(spark: SparkSession, files: str | list[str], positions: bool = Fals
 
     def read(ending: str | None, part: list[str], schema: object = None) -> DataFrame:
         r = reader if ending is None else reader.option("lineSep", ending)
-        df = (r if schema is None else r.schema(schema)).csv(part)
+        df = (r if schema is None else r.schema(schema)).csv(
+            part if patterns else list(map(literal, part)))
         return df.select("*", *_file_position()) if positions else df
 
     (ending, first), *others = by_ending.items()
-    df = read(ending, first)
-    columns = df.columns[:len(df.columns) - len(CSV_POSITION_COLUMNS) * positions]
+    # Spark's inference cannot find a file with glob characters: its header names the columns.
+    own_header = not patterns and any(_GLOB_CHARS.search(f) for f in first)
+    if own_header:
+        names = _csv_header(spark, first[0], bom=True)
+        if not names:
+            raise LeakcheckError(errors.IO, f"cannot read the header of "
+                                 f"{errors.display_path(first[0])}")
+        columns = _spark_names(names, case_sensitive(spark))
+    else:
+        df = read(ending, first)
+        columns = df.columns[:len(df.columns) - len(CSV_POSITION_COLUMNS) * positions]
     # The first file's columns, which each other part's headers are checked against (every
     # value a string: nothing is inferred).
     schema = T.StructType([T.StructField(c, T.StringType()) for c in columns])
@@ -972,7 +976,7 @@ def read_csv(spark: SparkSession, files: str | list[str], positions: bool = Fals
                 for i, (c, h) in enumerate(zip(columns, header))])
     if flag_malformed:  # the header check leaves the corrupt-record column out
         schema = schema.add(CSV_MALFORMED, T.StringType())
-    if flag_malformed or schema.names != columns:
+    if flag_malformed or schema.names != columns or own_header:
         df = read(ending, first, schema)
     for ending, part in others:
         df = df.unionAll(read(ending, part, schema))
@@ -1227,18 +1231,35 @@ def _wider(a: object, b: object, case: bool = True) -> object | None:
 _DECIMAL_DIGITS = 38  # the most digits a Spark decimal holds
 
 
-def _csv_header(spark: SparkSession, file: str) -> list[str] | None:
-    """The names in the header line of CSV `file` (a BOM taken off; the line ends where the read
-    ends it, `line_ending`), or None if unreadable."""
+def _csv_header(spark: SparkSession, file: str, bom: bool = False) -> list[str] | None:
+    """The names in the header line of CSV `file` (a BOM taken off unless `bom`, as Spark's
+    reader keeps it; the line ends where the read ends it, `line_ending`), or None if
+    unreadable."""
     import csv
 
     first = _first_lines(spark, file, line_ending(spark, file) or "\n")
     if not first:
         return None
+    line = first[0] if bom else first[0].lstrip("\ufeff")
     try:
-        return next(csv.reader([first[0].lstrip("\ufeff").rstrip("\r")]), [])
+        return next(csv.reader([line.rstrip("\r")]), [])
     except csv.Error:  # a lone CR in an LF file's header: the read names what is wrong
         return None
+
+
+def _spark_names(header: list[str], case: bool) -> list[str]:
+    """The column names Spark's CSV reader gives a `header`: ``_cI`` for an empty name, NAMEI
+    for a name the header repeats (by case too unless `case`), I the position.
+
+    >>> _spark_names(["id", "", "Func", "func", "x"], False)
+    ['id', '_c1', 'Func2', 'func3', 'x']
+    """
+    fold = (lambda n: n) if case else str.lower
+    counts: dict[str, int] = {}
+    for name in header:
+        counts[fold(name)] = counts.get(fold(name), 0) + 1
+    return [f"_c{i}" if not name else f"{name}{i}" if counts[fold(name)] > 1 else name
+            for i, name in enumerate(header)]
 
 
 def check_csv_header(spark: SparkSession, file: str, name: str | None) -> None:
@@ -1393,7 +1414,8 @@ def scan(spark: SparkSession, frames: list[SourceFrame], opts: Options) -> Block
     int_ids: dict[str, bool] = {}
     for frame in frames:
         src = frame.source
-        blocks = sorted(by_src.get(frame.index, []), key=lambda r: (r._lc_file, r._lc_block))
+        # Files in path order (Spark's URL-encoded names sort "a{" before "a1")
+        blocks = sorted(by_src.get(frame.index, []), key=lambda r: (_block_path(r), r._lc_block))
         cap = opts.max_rows or None
         src_rows, line_base, prev_file = 0, 0, None
         first_error = None
@@ -1670,7 +1692,12 @@ def _first_invalid_row(spark: SparkSession, file: str) -> int | None:
     ending = line_ending(spark, file)
     reader = read_inputs(spark).options(
         header=False, multiLine=True, encoding="ISO-8859-1", **CSV_DIALECT)
-    df = (reader if ending is None else reader.option("lineSep", ending)).csv(literal(file))
+    reader = reader if ending is None else reader.option("lineSep", ending)
+    if _GLOB_CHARS.search(file):  # Spark's inference cannot find it (`read_csv`): as many
+        # columns as the header has, which is what inference takes (its first row's)
+        width = len(_csv_header(spark, file) or [""])
+        reader = reader.schema(", ".join(f"_c{i} string" for i in range(width)))
+    df = reader.csv(literal(file))
     raw = F.encode(F.concat_ws(",", *[F.col(f"`{c}`") for c in df.columns]), "ISO-8859-1")
     seq = F.monotonically_increasing_id()  # the file is one partition (multiLine)
     numbered = df.select(seq.alias("seq"), F.is_valid_utf8(raw.cast("string")).alias("ok"))

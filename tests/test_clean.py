@@ -131,6 +131,19 @@ def test_clean_to_a_directory_in_format(cli, tmp_path):
     assert pq.read_table(out).to_pylist() == [{"f": "x", "n": 1}]
 
 
+def test_clean_of_json_lines_to_a_table_at_a_path_with_glob_characters(cli, tmp_path):
+    # Kept JSON lines become a table through a staging folder beside --out, read back for its
+    # columns: a path with [ or { was taken for a glob there, and the run failed naming the
+    # staging folder.
+    write_jsonl(tmp_path / "t.jsonl", [{"f": "x", "n": 1}, {"f": "y", "n": 2}])
+    write_jsonl(tmp_path / "a.jsonl", [{"f": "y"}])
+    for out in (tmp_path / "o[1]", tmp_path / "g{a}" / "o", tmp_path / "o[2].parquet"):
+        code, _, err = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                           f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--out", out)
+        assert code == 0, err
+        assert pq.read_table(out).to_pylist() == [{"f": "x", "n": 1}]
+
+
 def test_clean_to_a_json_directory_writes_json_part_files_it_can_read_back(cli, tmp_path):
     # The kept JSON lines are written as they are, in part files named .json (not Spark's text
     # writer's .txt: a .txt line is plain text, so reading the output back would take each whole
