@@ -204,7 +204,12 @@ def list_files(spark: SparkSession, src: Source) -> list[tuple[str, str]]:
             .load(spark_uri(path)).select("path").collect()
         )
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
-        raise _translate(exc) from None
+        err = _translate(exc)
+        if _has_glob(path) and err.message.startswith("no such file"):
+            # A file named t[1].jsonl that the pattern t[1].jsonl does not match.
+            err.hint = ("the path holds glob characters (*?[{), so it is a pattern: to name a "
+                        "file whose name holds them, put a backslash before each (t\\[1\\].jsonl)")
+        raise err from None
     files = sorted(r.path for r in listed)
     supported = [(f, fmt) for f in files if (fmt := file_format(f))]
     if len(files) == 1 and not supported and not _has_glob(path):

@@ -973,3 +973,15 @@ def test_listed_files_named_like_a_glob_are_read_as_themselves(cli, tmp_path):
     assert rc == 0, err
     assert (tmp_path / "o.csv").read_bytes() == (
         b'func,n\n"text of\ne1.csv",1\n"text of\r\ne{1}.csv",1\n')
+    # A SOURCE holding them is a pattern (as documented): one that matches nothing, beside a
+    # file of that very name, says how to name the file itself, and that way reads it.
+    z = tmp_path / "z"
+    z.mkdir()
+    write_jsonl(z / "z[9].jsonl", [{"func": "zed"}])
+    rc, _, err = cli("audit", "-d", f"x={z / 'z[9].jsonl'}", "--text-field", "func",
+                     "--out-dir", out)
+    assert rc == 2 and "so it is a pattern: to name a file whose name holds them, put a " \
+        "backslash before each" in err, err
+    rc, _, err = cli("audit", "-d", f"x={z}/z\\[9\\].jsonl", "--text-field", "func",
+                     "--out-dir", tmp_path / "out2", "--quiet")
+    assert rc == 0, err
