@@ -119,8 +119,9 @@ TYPE_CLASH_HINT = ("give the column one type in every file of the source, or giv
 _PATH_NOT_FOUND = re.compile(r"Path does not exist: (.+?)\.?(?: SQLSTATE|$)", re.M)
 _READ_FILE = re.compile(r"Encountered error while reading file (\S+?)\.?\s", re.M)
 # A listing refused: a directory (or one inside it) the user may not read, locally or on object
-# storage ("AccessDeniedException: s3a://b/k: getFileStatus on ...").
-_DENIED = re.compile(r"AccessDeniedException: (\S+?):? ", re.M)
+# storage ("AccessDeniedException: s3a://b/k: getFileStatus on ...", locally ".../d e: Permission
+# denied"): the path runs to the first ": " (it may hold spaces) or the end of the line.
+_DENIED = re.compile(r"AccessDeniedException: (.+?)(?:: |:?\s*$)", re.M)
 # A task could not start its Python worker: PYSPARK_PYTHON names no program it can run.
 _NO_PYTHON = re.compile(r'Cannot run program "([^"]*)": error=\d+, ([^\n]*)')
 

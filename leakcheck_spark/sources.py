@@ -947,11 +947,14 @@ def read_csv(spark: SparkSession, files: str | list[str], positions: bool = Fals
     by_ending = _by_line_ending(spark, files)
     mode = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CSV_MALFORMED} if (
         flag_malformed) else {"mode": "FAILFAST"}
-    reader = read_inputs(spark).options(
-        header=True, multiLine=True, encoding="UTF-8", enforceSchema=False, **mode, **CSV_DIALECT)
 
     def read(ending: str | None, part: list[str], schema: object = None) -> DataFrame:
-        r = reader if ending is None else reader.option("lineSep", ending)
+        # A reader of its own per part: an option set on a reader stays set, and a part whose
+        # ending is unknown must not inherit the previous part's lineSep.
+        r = read_inputs(spark).options(header=True, multiLine=True, encoding="UTF-8",
+                                       enforceSchema=False, **mode, **CSV_DIALECT)
+        if ending is not None:
+            r = r.option("lineSep", ending)
         df = (r if schema is None else r.schema(schema)).csv(
             part if patterns else list(map(literal, part)))
         return df.select("*", *_file_position()) if positions else df

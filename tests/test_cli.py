@@ -420,22 +420,23 @@ def test_a_file_or_directory_the_user_may_not_use_is_an_io_error(tmp_path, unpri
     import subprocess
     import sys
 
-    write_jsonl(tmp_path / "a.jsonl", [{"t": "x"}])
-    sub = tmp_path / "d" / "sub"
+    write_jsonl(tmp_path / "a b.jsonl", [{"t": "x"}])
+    # Spaces in the names: Spark URL-encodes them, and its messages end a path at no space.
+    sub = tmp_path / "d e" / "sub"
     sub.mkdir(parents=True)
-    write_jsonl(tmp_path / "d" / "b.jsonl", [{"t": "y"}])
+    write_jsonl(tmp_path / "d e" / "b.jsonl", [{"t": "y"}])
     (tmp_path / "ro").mkdir()
     (tmp_path / "ro").chmod(0o555)
-    (tmp_path / "a.jsonl").chmod(0o000)
+    (tmp_path / "a b.jsonl").chmod(0o000)
     sub.chmod(0o000)
     try:
         for source, out, want in (
-                ("a.jsonl", tmp_path / "ro" / "out", "cannot write --out-dir "
+                ("a b.jsonl", tmp_path / "ro" / "out", "cannot write --out-dir "
                  f"{tmp_path / 'ro' / 'out'}: permission denied in {tmp_path / 'ro'}"),
-                ("a.jsonl", tmp_path / "out", f"cannot read {tmp_path / 'a.jsonl'}: permission "
+                ("a b.jsonl", tmp_path / "out", f"cannot read {tmp_path / 'a b.jsonl'}: permission "
                  "denied"),
                 # Before: "An error occurred while calling o52.load.", naming nothing.
-                ("d", tmp_path / "out", f"cannot read {sub}: permission denied")):
+                ("d e", tmp_path / "out", f"cannot read {sub}: permission denied")):
             proc = subprocess.run([*unprivileged, sys.executable, "-m", "leakcheck_spark", "audit",
                                    "-d", f"a={tmp_path / source}", "--text-field", "t",
                                    "--out-dir", out, "--quiet"],
@@ -445,7 +446,7 @@ def test_a_file_or_directory_the_user_may_not_use_is_an_io_error(tmp_path, unpri
             assert not out.exists()
     finally:
         (tmp_path / "ro").chmod(0o755)
-        (tmp_path / "a.jsonl").chmod(0o644)
+        (tmp_path / "a b.jsonl").chmod(0o644)
         sub.chmod(0o755)
 
 
