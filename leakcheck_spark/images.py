@@ -50,6 +50,7 @@ from leakcheck_spark.sources import (
     read_inputs,
     read_parquet,
     read_table,
+    renamed_by_spark,
 )
 
 if TYPE_CHECKING:
@@ -462,6 +463,13 @@ def listed_inside(spark: SparkSession, sources: Sequence[Source], opts: ImageOpt
     return (hit[0].path, hit[0].source) if hit else None
 
 
+def _check_csv_headers(spark: SparkSession, df: DataFrame, name: str | None) -> None:
+    """`check_csv_header` on the files of CSV table `df` (its path may be a pattern; the first
+    few files in path order)."""
+    for file in sorted(map(errors.from_spark, df.inputFiles()))[:8]:
+        check_csv_header(spark, file, name)
+
+
 def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> DataFrame:  # noqa: ANN001
     import pyspark.sql.functions as F
     from pyspark.sql import types as T
@@ -474,6 +482,8 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
         reader = read_inputs(spark)
         if fmt == "csv":
             df = read_csv(spark, spark_uri(src.path), patterns=True)  # the path may be a glob
+            if renamed_by_spark(df.columns):
+                _check_csv_headers(spark, df, None)
             check_csv_utf8(spark, df)  # the CSV reader put U+FFFD for invalid bytes, silently
         elif fmt == "json":
             df = reader.option("multiLine", low.endswith(".json")).json(spark_uri(src.path))
@@ -488,7 +498,7 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
                        ("--split-field", None if src.split else src.split_field)):
         if name is not None and name not in df.columns:
             if src.path.lower().endswith(".csv"):
-                check_csv_header(spark, src.path, name)
+                _check_csv_headers(spark, df, name)
             raise LeakcheckError(errors.MISSING_FIELD, f"{flag} {name!r} not in {where}")
     if opts.path_field and isinstance(df.schema[opts.path_field].dataType, T.BinaryType):
         raise LeakcheckError(errors.BAD_VALUE, f"--path-field {opts.path_field!r} of {src.path} "

@@ -785,8 +785,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
     else:
         df = read_parquet(spark, files, src)
     columns = [c for c in df.columns if c not in positions]
-    # Spark names the i-th column of a repeated CSV name NAME + i: then look at the header.
-    if fmt == "csv" and any(c.endswith(str(i)) and c != str(i) for i, c in enumerate(columns)):
+    if fmt == "csv" and renamed_by_spark(columns):
         check_csv_header(spark, files[0], None)
     frame.original_columns[fmt] = columns
     schema = {f.name: f.dataType for f in df.schema.fields}
@@ -977,7 +976,10 @@ def read_csv(spark: SparkSession, files: str | list[str], positions: bool = Fals
     # Spark names an empty header name _cI (as pandas' to_csv writes the index's), and then
     # fails its own header check against that name: read with the header's names as the schema.
     if any(c == f"_c{i}" for i, c in enumerate(columns)):
-        header = _csv_header(spark, files[0])
+        # A pattern's first file (the header every file of the read must have).
+        file = min(map(errors.from_spark, df.inputFiles()), default=None) if patterns else (
+            files[0])
+        header = None if file is None else _csv_header(spark, file)
         if header is not None and len(header) == len(columns) and header.count("") == 1:
             schema = T.StructType([
                 T.StructField("" if c == f"_c{i}" and not h else c, T.StringType())
@@ -1268,6 +1270,16 @@ def _spark_names(header: list[str], case: bool) -> list[str]:
         counts[fold(name)] = counts.get(fold(name), 0) + 1
     return [f"_c{i}" if not name else f"{name}{i}" if counts[fold(name)] > 1 else name
             for i, name in enumerate(header)]
+
+
+def renamed_by_spark(columns: list[str]) -> bool:
+    """Whether a CSV read's `columns` may hold a header name Spark renamed: it names the i-th
+    column of a repeated name NAME + i (then `check_csv_header` looks at the header).
+
+    >>> renamed_by_spark(["id", "func1", "func2"]), renamed_by_spark(["id", "func"])
+    (True, False)
+    """
+    return any(c.endswith(str(i)) and c != str(i) for i, c in enumerate(columns))
 
 
 def check_csv_header(spark: SparkSession, file: str, name: str | None) -> None:

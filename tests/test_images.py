@@ -344,7 +344,15 @@ def test_bad_sources_are_one_line(cli, tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "a.txt.bak").write_text("x")
     (tmp_path / "h.csv").write_text("file\n")
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "r.csv").write_text("file,File\nx.png,y.png\n")
+    repeat = f"the header of {tmp_path / 'm' / 'r.csv'} repeats the column 'file' (file, File)"
     for args, code, hint in (
+        # Named as the file's problem, whether the table is given as a file or as a pattern.
+        (["-d", f"r={tmp_path / 'm' / 'r.csv'}", "--path-field", "file"], "LC_E_BAD_FORMAT",
+         repeat),
+        (["-d", f"r={tmp_path / 'm' / '*.csv'}", "--path-field", "file"], "LC_E_BAD_FORMAT",
+         repeat),
         (["-d", f"t={tmp_path / 't.jsonl'}"], "LC_E_MISSING_FIELD", ""),  # a table needs a column
         (["-d", f"t={tmp_path / 't.jsonl'}", "--path-field", "nope"], "LC_E_MISSING_FIELD", ""),
         (["-d", f"e={tmp_path / 'empty'}"], "LC_E_EMPTY_INPUT", "files with an image extension"),
@@ -425,6 +433,15 @@ def test_a_csv_table_is_read_as_text_sources_are(cli, pictures, tmp_path):
                      "--id-field", "name", "--quiet")
     assert rc == 2 and err.startswith("leakcheck-spark: error [LC_E_BAD_FORMAT]"), err
     assert "b.csv" in err
+    # pandas' to_csv names the index column "": read through a pattern as through a file (the
+    # pattern's files' header, not the pattern, gives Spark the name).
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "p.csv").write_text(f",img\n0,{odd}\n1,{odd.with_name('x.png')}\n")
+    for path in ("m/p.csv", "m/*.csv"):
+        rc, out, err = cli("images", "-d", f"t:test={tmp_path / path}", "--path-field", "img",
+                           "--json", "-", "--quiet")
+        assert rc == 0, err
+        assert (json.loads(out)["total_images"], json.loads(out)["unreadable"]["count"]) == (2, 1)
 
 
 def test_invalid_utf8_in_a_csv_table_is_bad_format_naming_the_line(cli, pictures, tmp_path):
