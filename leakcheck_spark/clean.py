@@ -74,10 +74,13 @@ class CleanResult:
         """(row, id, reason, match_ids, similarity) of every dropped record, in input order;
         `similarity` is the best match's (1.0 exact, else the verified Jaccard) for `against`,
         the earliest matching record's for `duplicate`, null for `conflict`."""
+        return self._dropped()
+
+    def _dropped(self, *extra: str) -> DataFrame:
         import pyspark.sql.functions as F
 
         return (self.rows.where(F.col("reason").isNotNull())
-                .select("row", "id", "reason", "match_ids", "similarity").orderBy("row"))
+                .select("row", "id", "reason", "match_ids", "similarity", *extra).orderBy("row"))
 
     def summary(self) -> str:
         c = self.counts
@@ -105,19 +108,18 @@ class CleanResult:
 
         def chunks() -> Iterator[str]:
             yield json.dumps(head, ensure_ascii=False)[:-1] + ', "dropped": ['
-            for i, r in enumerate(self.dropped.toLocalIterator()):
+            for i, r in enumerate(self._dropped("_match_nums").toLocalIterator()):
                 yield ("," if i else "") + "\n  " + json.dumps(self._entry(r), ensure_ascii=False)
             yield "\n]}\n"
 
         outputs.write_text_file(self.rows.sparkSession, path, chunks())
 
     def _entry(self, r) -> dict:  # noqa: ANN001 - a Row
-        """One dropped record, with ids in their datasets' own types."""
-        test_int, against_int = self.int_ids
-        ids_int = {"against": against_int, "duplicate": test_int,
-                   "conflict": test_int and against_int}[r.reason]
-        entry = {"id": native_id(r.id, test_int), "reason": r.reason,
-                 "match_ids": [native_id(i, ids_int) for i in r.match_ids or []]}
+        """One dropped record, with ids in their datasets' own types (a matching id has a
+        number when its dataset's ids are integers)."""
+        entry = {"id": native_id(r.id, self.int_ids[0]), "reason": r.reason,
+                 "match_ids": [i if n is None else n
+                               for i, n in zip(r.match_ids or [], r._match_nums or [])]}
         if r.similarity is not None:
             entry["similarity"] = r.similarity
         return entry
@@ -224,7 +226,9 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
     if near is not None:
         errors.require_columns(near, "clean.decide", {"key": None, "other": None, "match": None,
                                                       "similarity": None}, "the near edges")
-    null_ids = F.lit(None).cast(f"array<{dict(test.dtypes)['id']}>")
+    # Matching ids travel as (id_num, id) structs: `match_ids` holds the ids, `_match_nums`
+    # their numbers, which tell an integer id in a column of strings (datasets mixing id types).
+    null_ids = F.lit(None).cast(f"array<struct<id_num: bigint, id: {dict(test.dtypes)['id']}>>")
     nonempty = F.col("key").isNotNull()
     conflict_test, conflict_against = test, against
     if near is None:
@@ -245,7 +249,7 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
         reached = edges.select("key", "other", sim.alias("_sim")).join(match.id_rows(ids),
                                                                        "other")
         hits = (match.ranked_ids(reached, ("key",))
-                .select("key", match.plain_ids(F.col("ids")).alias("_against"))
+                .select("key", F.col("ids").alias("_against"))
                 .join(reached.groupBy("key").agg(F.max("_sim").alias("_against_sim")), "key"))
         df = df.join(hits, "key", "left")
     else:
@@ -253,12 +257,12 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
     # duplicate: an earlier test record (input order) whose key matches this record's, and the
     # similarity to it (an exact edge beats a near one to the same record).
     first = (test.where(nonempty).groupBy("key")
-             .agg(F.min(F.struct("row", "id")).alias("_first")))
+             .agg(F.min(F.struct("row", "id_num", "id")).alias("_first")))
     earliest = (edges.join(first.withColumnRenamed("key", "other"), "other")
                 .groupBy("key").agg(F.min(F.struct("_first", (-sim).alias("_u"))).alias("_e")))
     df = df.join(earliest, "key", "left")
     df = (df.withColumn("_first_row", F.col("_e._first.row"))
-          .withColumn("_first_id", F.col("_e._first.id"))
+          .withColumn("_first_id", F.struct("_e._first.id_num", "_e._first.id"))
           .withColumn("_dup_sim", -F.col("_e._u")))
     is_dup = F.lit(dedup) & nonempty & (F.col("row") > F.col("_first_row"))
     # conflict: the key carries a canonical label other than this record's own.
@@ -278,7 +282,7 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
                   .where(other & (F.col("label_canon").isNotNull() | (F.col("_n_labels") > 1)))
                   .select("row", "ids"))
         conflicts = match.ranked_ids(match.id_rows(others), ("row",)).select(
-            "row", match.plain_ids(F.col("ids")).alias("_conflict"))
+            "row", F.col("ids").alias("_conflict"))
         df = df.join(conflicts, "row", "left")
     else:
         df = df.withColumn("_conflict", null_ids)
@@ -294,7 +298,8 @@ def decide(test: DataFrame, against: DataFrame | None, dedup: bool,
     )
     similarity = (F.when(F.col("_against").isNotNull(), F.col("_against_sim"))
                   .when(is_dup, F.col("_dup_sim")))
-    return (df.withColumn("reason", reason).withColumn("match_ids", ids)
+    return (df.withColumn("reason", reason).withColumn("match_ids", match.plain_ids(ids))
+            .withColumn("_match_nums", F.transform(ids, lambda x: x["id_num"]))
             .withColumn("similarity", similarity)
             .drop("_against", "_against_sim", "_e", "_first_row", "_first_id", "_dup_sim",
                   "_conflict"))

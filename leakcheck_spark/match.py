@@ -184,17 +184,17 @@ def ranked_ids(rows: DataFrame, by: Sequence[str], k: int = MAX_MATCH_IDS,
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
-    order = [*([kind] if kind else []), "id_num", "id"]
-    w = Window.partitionBy(*by).orderBy(*order)
-    top = (rows.select(*by, *order).withColumn("_rank", F.dense_rank().over(w))
+    first = [kind] if kind else []
+    # Where a cell mixes datasets of integer and of string ids (clean's --against ids), the
+    # integer ids (an id_num) come first, numerically, then the string ids (none), as text.
+    w = Window.partitionBy(*by).orderBy(*first, F.col("id_num").asc_nulls_last(), "id")
+    top = (rows.select(*by, *first, "id_num", "id").withColumn("_rank", F.dense_rank().over(w))
            .where(F.col("_rank") <= k))
-    if kind is None:
-        return top.groupBy(*by).agg(F.array_sort(F.collect_set(F.struct("id_num", "id")))
-                                    .alias("ids"))
-    cells = top.groupBy(*by).agg(F.min(kind).alias(kind),
-                                 F.collect_set(F.struct(kind, "id_num", "id")).alias("_ids"))
-    own = F.filter("_ids", lambda x: x[kind] == F.col(kind))
-    return cells.select(*by, kind, F.transform(
+    ranked = F.struct(*first, F.col("id_num").isNull().alias("_text"), "id_num", "id")
+    cells = top.groupBy(*by).agg(*[F.min(c).alias(c) for c in first],
+                                 F.collect_set(ranked).alias("_ids"))
+    own = F.filter("_ids", lambda x: x[kind] == F.col(kind)) if kind else F.col("_ids")
+    return cells.select(*by, *first, F.transform(
         F.array_sort(own), lambda x: F.struct(x["id_num"].alias("id_num"), x["id"].alias("id"))
     ).alias("ids"))
 

@@ -44,6 +44,17 @@ CSV_WRITE = {"header": True, **CSV_DIALECT, "ignoreLeadingWhiteSpace": False,
              "ignoreTrailingWhiteSpace": False}
 # The writer options of each format.
 _WRITE_OPTIONS = {"csv": {**CSV_WRITE, **_TIME_WRITE}, "json": _TIME_WRITE, "parquet": {}}
+# Spark's JSON writer leaves a null field out of its object unless told not to, and a record
+# without its text field is no source record (LC_E_MISSING_FIELD): a null is written as null,
+# unless the session says otherwise.
+_JSON_NULLS = ("spark.sql.jsonGenerator.ignoreNullFields", "ignoreNullFields")
+
+
+def _write_options(spark: SparkSession, fmt: str) -> dict:
+    """The options of a `fmt` writer (:data:`_WRITE_OPTIONS`, and nulls kept in JSON)."""
+    key, option = _JSON_NULLS
+    keep_nulls = fmt == "json" and spark.conf.get(key, None) is None
+    return {**_WRITE_OPTIONS[fmt], **({option: False} if keep_nulls else {})}
 
 log = logging.getLogger(__name__)
 
@@ -324,7 +335,7 @@ def write_table(df: DataFrame, path: str, fmt: str) -> None:
     check_format(fmt)
     if fmt == "csv":
         df = csv_columns(df)
-    writer = df.write.mode("error").options(**_WRITE_OPTIONS[fmt])
+    writer = df.write.mode("error").options(**_write_options(df.sparkSession, fmt))
     _write(df.sparkSession, lambda: getattr(writer, fmt)(spark_uri(path)))
 
 
@@ -415,7 +426,7 @@ def write_single_file(spark: SparkSession, df: DataFrame, path: str, fmt: str,
         if text_column is not None:
             fmt = "text"
         else:
-            writer = writer.options(**_WRITE_OPTIONS[fmt])
+            writer = writer.options(**_write_options(spark, fmt))
         _write(spark, lambda: getattr(writer, fmt)(spark_uri(tmp_dir)))
         fs = _files(spark, path)
         parts = [p for p in fs.list(tmp_dir) if _split(p)[1].startswith("part-")]

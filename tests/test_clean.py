@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -72,6 +73,26 @@ def test_clean_of_jsonl_with_a_bom_keeps_its_first_line_without_the_bom(cli, tmp
         {"id": "k3", "reason": "against", "match_ids": [0], "similarity": 1.0}]
 
 
+def test_clean_report_gives_each_matching_id_the_type_its_dataset_has(cli, tmp_path):
+    # Integer ids beside string ids share a column of strings; the report still gives 4 for the
+    # dataset of integer ids and "4" for the other (before: "4" twice), integer ids first, and
+    # a duplicate's id as the test split has it.
+    write_jsonl(tmp_path / "t.jsonl", [{"id": 1, "f": "int a;"}, {"id": 2, "f": "int c;"},
+                                       {"id": 3, "f": "int c;"}])
+    write_jsonl(tmp_path / "n.jsonl", [{"id": 4, "f": "int a;"}])
+    write_jsonl(tmp_path / "s.jsonl", [{"id": "4", "f": "int a;"}])
+    report = tmp_path / "r.json"
+    code, _, err = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}",
+                       "--against", f"n={tmp_path / 'n.jsonl'}",
+                       "--against", f"s={tmp_path / 's.jsonl'}", "--text-field", "f",
+                       "--id-field", "id", "--dedup", "--out", tmp_path / "o.jsonl",
+                       "--report", report)
+    assert code == 0, err
+    assert json.loads(report.read_text())["dropped"] == [
+        {"id": 1, "reason": "against", "match_ids": [4, "4"], "similarity": 1.0},
+        {"id": 3, "reason": "duplicate", "match_ids": [2], "similarity": 1.0}]
+
+
 def test_clean_csv_keeps_columns_and_values(cli, tmp_path):
     rows = [["id", "text", "note"], ["1", 'say "hi"\nthere', "a,b"], ["2", "leak", ""],
             ["3", "fine", "z"]]
@@ -119,6 +140,30 @@ def test_clean_parquet_keeps_schema_and_order(spark, cli, tmp_path):
                          tmp_path / "old.parquet")
     assert code == 0 and pq.read_table(tmp_path / "old.parquet").schema.field("tz").type == (
         pa.timestamp("ns"))
+
+
+def test_clean_writes_nulls_as_json_so_that_its_output_reads_back(spark, cli, tmp_path):
+    # Spark's JSON writer leaves a null field out: a kept row with a null text came back without
+    # its text field, which a source refuses (LC_E_MISSING_FIELD).  Nulls are written, unless the
+    # session asks Spark to leave them out.
+    pq.write_table(pa.table({"id": [1, 2, 3], "t": ["a", None, "leak"], "y": [None, 1, 0]}),
+                   tmp_path / "t.parquet")
+    (tmp_path / "a.txt").write_text("leak\n", encoding="utf-8")
+
+    def clean(test: Path, out: Path) -> list[dict]:
+        code, _, err = cli("clean", "--test", f"t={test}", "--against", f"a={tmp_path / 'a.txt'}",
+                           "--text-field", "t", "--format", "json", "--out", out)
+        assert code == 0, err
+        files = sorted(out.glob("part-*.json")) if out.is_dir() else [out]
+        return [json.loads(line) for f in files for line in f.read_text("utf-8").splitlines()]
+
+    for out in (tmp_path / "o.jsonl", tmp_path / "dir"):
+        want = [{"id": 1, "t": "a", "y": None}, {"id": 2, "t": None, "y": 1}]
+        assert clean(tmp_path / "t.parquet", out) == want
+        assert clean(out, tmp_path / f"again-{out.name}.jsonl") == want
+    with spark_conf(spark, **{"spark.sql.jsonGenerator.ignoreNullFields": "true"}):
+        assert clean(tmp_path / "t.parquet", tmp_path / "s.jsonl") == [{"id": 1, "t": "a"},
+                                                                        {"id": 2, "y": 1}]
 
 
 def test_clean_to_a_directory_in_format(cli, tmp_path):
