@@ -325,7 +325,7 @@ def write_rows(result: CleanResult, out: str) -> None:
                 outputs.write_single_file(spark, ordered.select("raw"), out, fmt, compression,
                                           "raw")
             else:
-                table = _as_table(spark, result, ordered, aside).coalesce(1)
+                table = _as_table(spark, result, ordered, aside, fmt).coalesce(1)
                 outputs.write_single_file(spark, table, out, "json" if fmt == "jsonl" else fmt,
                                           compression)
         else:
@@ -333,8 +333,9 @@ def write_rows(result: CleanResult, out: str) -> None:
                 if as_lines and result.options.format == "json":
                     outputs.write_json_lines(kept.select("raw"), tmp)
                 else:
-                    outputs.write_table(_as_table(spark, result, kept, aside), tmp,
-                                        result.options.format)
+                    outputs.write_table(
+                        _as_table(spark, result, kept, aside, result.options.format), tmp,
+                        result.options.format)
     except Exception as exc:  # noqa: BLE001 - translated or re-raised
         # The round trip beside the output fails first when that place cannot be written.
         err = (None if isinstance(exc, LeakcheckError)
@@ -347,12 +348,13 @@ def write_rows(result: CleanResult, out: str) -> None:
     log.info("wrote %s (%.1f s)", out, time.monotonic() - t)
 
 
-def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: str) -> DataFrame:
-    """The kept rows as columns: a table's own columns, a .txt line as `text`, or the JSON
-    objects of a line format (their columns as Spark's JSON reader infers them from `aside`),
-    in the order of `kept`."""
+def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: str,
+              fmt: str) -> DataFrame:
+    """The kept rows as columns for a `fmt` output: a table's own columns, a .txt line as
+    `text`, or the JSON objects of a line format (their columns as Spark's JSON reader infers
+    them from `aside`; for CSV, a nested value as its JSON text), in the order of `kept`."""
     import pyspark.sql.functions as F
-    from pyspark.sql.types import StructType
+    from pyspark.sql import types as T
 
     if result.input_format == "txt":  # the line's text: without the \r of a CRLF line
         return kept.select(F.regexp_replace("raw", r"\r\z", "").alias("text"))
@@ -373,6 +375,10 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: 
     first = {r["key"]: r["at"] for r in
              source.select("row", F.posexplode(F.json_object_keys("raw")).alias("pos", "key"))
              .groupBy("key").agg(F.min(F.struct("row", "pos")).alias("at")).collect()}
-    schema = StructType(sorted(schema.fields, key=lambda f: (
-        f.name not in first, first.get(f.name, (0, 0)), f.name)))
+    fields = sorted(schema.fields, key=lambda f: (
+        f.name not in first, first.get(f.name, (0, 0)), f.name))
+    if fmt == "csv":  # read as a string, an object or a list is its JSON text, keys in order
+        fields = [T.StructField(f.name, T.StringType()) if isinstance(
+            f.dataType, (T.ArrayType, T.StructType, T.MapType)) else f for f in fields]
+    schema = T.StructType(fields)
     return kept.select(F.from_json("raw", schema).alias("_lc_obj")).select("_lc_obj.*")

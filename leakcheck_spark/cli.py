@@ -354,6 +354,7 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
                 raise LeakcheckError(errors.USAGE, f"{flag} {path} and {other_flag} {other} "
                                      "overlap", "give each output a place of its own")
         seen.append((flag, path, where))
+        _warn_if_named_as_a_file(flag, path, getattr(args, "format", None))
         for source in inputs:
             if source.startswith((HF, TABLE_PREFIX)):
                 continue
@@ -393,6 +394,21 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
             raise LeakcheckError(errors.IO, f"cannot write {flag} {path}: permission denied "
                                  f"in {parent}", "give an output path in a directory you may "
                                  "write to")
+
+
+def _warn_if_named_as_a_file(flag: str, path: str, fmt: str | None) -> None:
+    """Say so when a rows output whose name ends like a data file (``clean.json``,
+    ``rows.csv.bz2``) becomes a directory of part files: only some endings are one file."""
+    from leakcheck_spark.outputs import SINGLE_FILE, single_file_format
+    from leakcheck_spark.sources import COMPRESSIONS, EXTENSIONS
+
+    low = path.rstrip("/").lower()
+    if (flag in FILE_OUTPUTS or flag == "--out-dir" or single_file_format(path)
+            or not low.endswith((*EXTENSIONS, *COMPRESSIONS))):
+        return
+    logging.getLogger("leakcheck_spark").warning(
+        "%s %s will be a directory of %s part files: a name ending in %s is one file",
+        flag, path, fmt or "parquet", ", ".join(SINGLE_FILE))
 
 
 def _output_kind(flag: str, path: str) -> str:

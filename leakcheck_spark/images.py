@@ -46,6 +46,7 @@ from leakcheck_spark.sources import (
     check_csv_header,
     check_csv_utf8,
     invalid_split,
+    named,
     read_csv,
     read_inputs,
     read_parquet,
@@ -504,24 +505,24 @@ def _read_table(spark: SparkSession, src: Source, opts: ImageOptions, split) -> 
         raise LeakcheckError(errors.BAD_VALUE, f"--path-field {opts.path_field!r} of {src.path} "
                              "is binary, not a path", "image bytes are read with --bytes-field F")
     if opts.bytes_field:
-        col = F.col(f"`{opts.bytes_field}`")
+        col = named(opts.bytes_field)
         is_bin = isinstance(df.schema[opts.bytes_field].dataType, T.BinaryType)
         # Text that is not base64 is a null, so that image is unreadable (unbase64 would fail
         # the whole run on some such values).
         content = col if is_bin else F.try_to_binary(col.cast("string"), F.lit("base64"))
     else:
         content = F.lit(None).cast("binary")
-    path = F.col(f"`{opts.path_field}`").cast("string") if opts.path_field else F.lit(None).cast(
+    path = named(opts.path_field).cast("string") if opts.path_field else F.lit(None).cast(
         "string")
     if src.id_field:
-        ident = F.col(f"`{src.id_field}`").cast("string")
+        ident = named(src.id_field).cast("string")
     elif opts.path_field:
         ident = path
     else:
         raise LeakcheckError(errors.MISSING_FIELD, f"{src.label}: images given as bytes need an "
                              "id", "pass --id-field F (or --path-field F)")
     if not src.split and src.split_field:
-        split = F.coalesce(F.col(f"`{src.split_field}`").cast("string"), F.lit(DEFAULT_SPLIT))
+        split = F.coalesce(named(src.split_field).cast("string"), F.lit(DEFAULT_SPLIT))
     return df.select(ident.alias("id"), path.alias("path"), content.alias("content"),
                      split.alias("split"))
 

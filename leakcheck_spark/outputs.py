@@ -27,10 +27,10 @@ from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.paths import is_local, local_path, spark_uri
 from leakcheck_spark.session import is_connect, session_conf
-from leakcheck_spark.sources import CSV_DIALECT
+from leakcheck_spark.sources import CSV_DIALECT, named
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 # Spark's CSV and JSON writers print a timestamp to the millisecond, and its Parquet writer
 # stores one with a time zone as INT96 (read back as nanoseconds): a kept row's timestamps keep
@@ -364,20 +364,26 @@ def write_json_lines(df: DataFrame, path: str) -> None:
 
 
 def csv_columns(df: DataFrame) -> DataFrame:
-    """`df` with its array, struct and map columns as JSON text, which CSV can hold."""
+    """`df` with what CSV cannot hold as text: its array, struct and map columns as JSON text,
+    its binary columns as base64 (as the JSON writer writes them)."""
     import pyspark.sql.functions as F
     from pyspark.sql import types as T
 
-    return df.select(*[
-        F.to_json(f.name).alias(f.name)
-        if isinstance(f.dataType, (T.ArrayType, T.StructType, T.MapType)) else F.col(f.name)
-        for f in df.schema.fields
-    ])
+    def as_text(f: T.StructField) -> Column:
+        col = named(f.name)
+        if isinstance(f.dataType, (T.ArrayType, T.StructType, T.MapType)):
+            col = F.to_json(col)
+        elif isinstance(f.dataType, T.BinaryType):
+            col = F.base64(col)
+        return col.alias(f.name)
+
+    return df.select(*map(as_text, df.schema.fields))
 
 
 # An output path with one of these endings is written as one file: (format, compression).
 SINGLE_FILE = {
     ".jsonl": ("jsonl", None), ".jsonl.gz": ("jsonl", "gzip"), ".ndjson": ("jsonl", None),
+    ".ndjson.gz": ("jsonl", "gzip"),
     ".csv": ("csv", None), ".csv.gz": ("csv", "gzip"), ".parquet": ("parquet", None),
 }
 

@@ -821,7 +821,7 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
 
     # The table's own columns travel under internal names (a user column may be called "split"
     # or "id"); `original_column` gives them back their names when kept rows are written.
-    orig = [F.col(f"`{c}`").alias(original_column(i)) for i, c in enumerate(columns)]
+    orig = [named(c).alias(original_column(i)) for i, c in enumerate(columns)]
     internal = [original_column(i) for i in range(len(columns))]
     if fmt == "hf":  # the loader numbered the rows: the split is the "block"
         df = df.select(*orig, *hf.POSITION_COLUMNS)
@@ -1355,6 +1355,14 @@ def original_column(i: int) -> str:
     return f"_lc_o{i}"
 
 
+def named(name: str) -> Column:
+    """The column called `name`, whatever it holds: ``a.b`` is not field b of a, and a
+    backtick is one (as a table's or a JSON object's own columns may be called)."""
+    import pyspark.sql.functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
 def _label_kind(data_type: object) -> str:
     from pyspark.sql import types as T
 
@@ -1718,7 +1726,7 @@ def _first_invalid_row(spark: SparkSession, file: str) -> int | None:
         width = len(_csv_header(spark, file) or [""])
         reader = reader.schema(", ".join(f"_c{i} string" for i in range(width)))
     df = reader.csv(literal(file))
-    raw = F.encode(F.concat_ws(",", *[F.col(f"`{c}`") for c in df.columns]), "ISO-8859-1")
+    raw = F.encode(F.concat_ws(",", *[named(c) for c in df.columns]), "ISO-8859-1")
     seq = F.monotonically_increasing_id()  # the file is one partition (multiLine)
     numbered = df.select(seq.alias("seq"), F.is_valid_utf8(raw.cast("string")).alias("ok"))
     try:

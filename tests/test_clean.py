@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import gzip
 import json
 from pathlib import Path
 
@@ -176,6 +177,23 @@ def test_clean_to_a_directory_in_format(cli, tmp_path):
     assert pq.read_table(out).to_pylist() == [{"f": "x", "n": 1}]
 
 
+def test_an_out_named_like_a_file_that_is_written_as_a_directory_says_so(cli, tmp_path):
+    # `--out X.json` is a directory of Parquet part files (SPEC: only some endings are one
+    # file), which nothing said; .ndjson.gz is one file, as .ndjson and .jsonl.gz are.
+    write_jsonl(tmp_path / "t.jsonl", [{"f": "x"}, {"f": "y"}])
+    write_jsonl(tmp_path / "a.jsonl", [{"f": "y"}])
+    for name, one_file in (("o.json", False), ("o.ndjson.gz", True), ("rows", False)):
+        code, _, err = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                           f"a={tmp_path / 'a.jsonl'}", "--text-field", "f", "--quiet",
+                           "--out", tmp_path / name)
+        assert code == 0 and (tmp_path / name).is_file() == one_file, err
+        said = (f"leakcheck-spark: --out {tmp_path / name} will be a directory of parquet part "
+                "files: a name ending in .jsonl, .jsonl.gz, .ndjson, .ndjson.gz, .csv, .csv.gz, "
+                ".parquet is one file\n")
+        assert err == (said if name == "o.json" else ""), err
+    assert gzip.decompress((tmp_path / "o.ndjson.gz").read_bytes()) == b'{"f": "x"}\n'
+
+
 def test_clean_of_json_lines_to_a_table_at_a_path_with_glob_characters(cli, tmp_path):
     # Kept JSON lines become a table through a staging folder beside --out, read back for its
     # columns: a path with [ or { was taken for a glob there, and the run failed naming the
@@ -316,6 +334,28 @@ def test_clean_jsonl_to_columns_keeps_the_order_keys_first_appear_in(cli, tmp_pa
         names = (next(csv.reader(out.open(encoding="utf-8"))) if name == "o.csv"
                  else pq.read_table(out).schema.names)
         assert names == ["id", "text", "label", "zz"]
+
+
+def test_clean_to_csv_of_odd_column_names_nested_and_binary_values(cli, tmp_path):
+    # A column "a.b" was taken for field b of a, and "c`d" for a broken name ("unexpected
+    # failure"); a nested value came out of Spark's inferred struct (keys sorted, [1, "x"] as
+    # strings) instead of its JSON; bytes came out as "[00 FF]" (JSON outputs write base64).
+    write_jsonl(tmp_path / "t.jsonl", [
+        {"id": 1, "text": "x", "a.b": "y", "c`d": 1, "m": {"z": 1, "a": [1, "x"]}},
+        {"id": 2, "text": "leak", "a.b": "q", "c`d": 2, "m": None}])
+    pq.write_table(pa.table({"text": ["x", "leak"], "a.b": ["y", "q"],
+                             "bin": [b"\x00\xff", b"\x01"]}), tmp_path / "t.parquet")
+    write_jsonl(tmp_path / "a.jsonl", [{"text": "leak"}])
+    for test, want in (
+            ("t.jsonl", {"id": "1", "text": "x", "a.b": "y", "c`d": "1",
+                         "m": '{"z":1,"a":[1,"x"]}'}),
+            ("t.parquet", {"text": "x", "a.b": "y", "bin": "AP8="})):
+        out = tmp_path / f"{test}.csv"
+        code, _, err = cli("clean", "--test", f"t={tmp_path / test}", "--against",
+                           f"a={tmp_path / 'a.jsonl'}", "--text-field", "text", "--out", out)
+        assert code == 0, err
+        with open(out, newline="", encoding="utf-8") as fh:
+            assert list(csv.DictReader(fh)) == [want]
 
 
 def test_clean_to_csv_keeps_whitespace_around_values(cli, tmp_path):
