@@ -359,8 +359,9 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: 
     if result.input_format == "txt":  # the line's text: without the \r of a CRLF line
         return kept.select(F.regexp_replace("raw", r"\r\z", "").alias("text"))
     if result.input_format not in ("jsonl", "json"):
-        return kept.select(*[F.col(original_column(i)).alias(c)
-                             for i, c in enumerate(result.original_columns)])
+        return _case_twins_said(kept.select(*[F.col(original_column(i)).alias(c)
+                                              for i, c in enumerate(result.original_columns)]),
+                                fmt)
     # Spark's JSON reader infers the columns; the rows themselves are parsed in place with that
     # schema, so they stay in the order of `kept` (a read of the written part files would come
     # back largest file first).  With no row kept, the columns come from every test row: an
@@ -381,4 +382,20 @@ def _as_table(spark: SparkSession, result: CleanResult, kept: DataFrame, aside: 
         fields = [T.StructField(f.name, T.StringType()) if isinstance(
             f.dataType, (T.ArrayType, T.StructType, T.MapType)) else f for f in fields]
     schema = T.StructType(fields)
-    return kept.select(F.from_json("raw", schema).alias("_lc_obj")).select("_lc_obj.*")
+    return _case_twins_said(
+        kept.select(F.from_json("raw", schema).alias("_lc_obj")).select("_lc_obj.*"), fmt)
+
+
+def _case_twins_said(table: DataFrame, fmt: str) -> DataFrame:
+    """`table`, after a warning if it is written as `fmt` with columns whose names differ only
+    in case (JSON keys ``Note`` and ``note``): kept as two columns, which Spark reads back from
+    CSV or Parquet only when told that case matters."""
+    if fmt in ("csv", "parquet"):
+        by_case: dict[str, list[str]] = {}
+        for name in table.columns:
+            by_case.setdefault(name.lower(), []).append(name)
+        twins = next((names for names in by_case.values() if len(names) > 1), None)
+        if twins:
+            log.warning("columns %s differ only in case: Spark reads this output back only with "
+                        "--conf spark.sql.caseSensitive=true", " and ".join(map(repr, twins)))
+    return table

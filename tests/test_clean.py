@@ -394,6 +394,13 @@ def test_clean_jsonl_keys_that_differ_in_case_are_two_columns(cli, tmp_path):
     assert (code, stderr.count("error")) == (0, 0), stderr
     assert pq.read_table(out).to_pylist() == [{"t": "x", "T": "upper"}]
     assert pq.read_table(out).schema.names == ["t", "T"]
+    # Read back only when told that case matters: said, for a table (a JSON line keeps both).
+    assert ("leakcheck-spark: columns 't' and 'T' differ only in case: Spark reads this output "
+            "back only with --conf spark.sql.caseSensitive=true\n") in stderr
+    code, _, stderr = cli("clean", "--test", f"t={tmp_path / 't.jsonl'}", "--against",
+                          f"a={tmp_path / 'a.txt'}", "--text-field", "t", "--out",
+                          tmp_path / "o.jsonl")
+    assert code == 0 and "differ only in case" not in stderr, stderr
 
 
 def test_drop_conflicts_without_any_label_field_is_a_usage_error(cli, tmp_path):
