@@ -45,6 +45,7 @@ from leakcheck_spark.sources import (
     TABLE_PREFIX,
     check_csv_header,
     check_csv_utf8,
+    input_files,
     invalid_split,
     named,
     read_csv,
@@ -467,7 +468,7 @@ def listed_inside(spark: SparkSession, sources: Sequence[Source], opts: ImageOpt
 def _check_csv_headers(spark: SparkSession, df: DataFrame, name: str | None) -> None:
     """`check_csv_header` on the files of CSV table `df` (its path may be a pattern; the first
     few files in path order)."""
-    for file in sorted(map(errors.from_spark, df.inputFiles()))[:8]:
+    for file in input_files(df)[:8]:
         check_csv_header(spark, file, name)
 
 

@@ -977,8 +977,7 @@ def read_csv(spark: SparkSession, files: str | list[str], positions: bool = Fals
     # fails its own header check against that name: read with the header's names as the schema.
     if any(c == f"_c{i}" for i, c in enumerate(columns)):
         # A pattern's first file (the header every file of the read must have).
-        file = min(map(errors.from_spark, df.inputFiles()), default=None) if patterns else (
-            files[0])
+        file = next(iter(input_files(df)), None) if patterns else files[0]
         header = None if file is None else _csv_header(spark, file)
         if header is not None and len(header) == len(columns) and header.count("") == 1:
             schema = T.StructType([
@@ -1117,8 +1116,7 @@ def read_parquet(spark: SparkSession, files: list[str], src: Source, patterns: b
                 raise
         # Spark merges no two types (not even int and bigint, which its reader reads as one):
         # merge here, widening numbers as the reader does, or name the file that clashes.
-        listing = sorted(map(errors.from_spark, reader().option("mergeSchema", "false")
-                             .parquet(*files).inputFiles()))
+        listing = input_files(reader().option("mergeSchema", "false").parquet(*files))
         mid = len(listing) // 2  # all of them together just failed: start from the halves
         schema = (_merge_into(spark, _merge_into(spark, None, listing[:mid]), listing[mid:])
                   if mid else _merge_into(spark, None, listing))
@@ -1270,6 +1268,12 @@ def _spark_names(header: list[str], case: bool) -> list[str]:
         counts[fold(name)] = counts.get(fold(name), 0) + 1
     return [f"_c{i}" if not name else f"{name}{i}" if counts[fold(name)] > 1 else name
             for i, name in enumerate(header)]
+
+
+def input_files(df: DataFrame) -> list[str]:
+    """The files `df` reads (its path may be a pattern), as the user names them (decoded from
+    Spark's URIs), in path order."""
+    return sorted(map(errors.from_spark, df.inputFiles()))
 
 
 def renamed_by_spark(columns: list[str]) -> bool:
@@ -1701,7 +1705,7 @@ def check_csv_utf8(spark: SparkSession, df: DataFrame) -> None:
     suspect = (df.toDF(*internal).select(replaced_utf8(df.columns, internal))
                .where(F.col(REPLACED_COLUMN)).take(1))
     if suspect:
-        invalid_utf8(spark, sorted(map(errors.from_spark, df.inputFiles())))
+        invalid_utf8(spark, input_files(df))
 
 
 def _first_invalid_row(spark: SparkSession, file: str) -> int | None:
