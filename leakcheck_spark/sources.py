@@ -849,6 +849,10 @@ def _read_tabular(spark: SparkSession, files: list[str], src: Source, fmt: str,
         ident = col(src.id_field).cast("string")
         if isinstance(id_type, T.IntegralType):
             id_int = F.lit(True)
+        elif isinstance(id_type, T.DecimalType) and id_type.scale == 0:
+            # Whole numbers (Parquet's uint64 reads as decimal(20,0)): integer ids where every
+            # one fits 64 bits, as for a JSON number.
+            id_int = col(src.id_field).between(_LONG_MIN, _LONG_MAX)
         else:  # CSV values are strings, as in the file
             id_int = F.lit(False)
         err = F.when(

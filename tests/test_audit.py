@@ -108,6 +108,27 @@ def test_match_ids_are_the_five_smallest_and_ids_stay_integers(spark, tmp_path):
     assert res.dataset_matrix["d"]["d"] == c(8, 8)
 
 
+def test_a_missing_label_takes_part_in_no_conflict(spark, tmp_path):
+    # README: absent, null, NaN (pandas' missing value) and an empty CSV field are no label;
+    # an empty JSON string is one.  Each text is labelled 1 in train.
+    texts = ["absent", "null", "nan", "csv empty", "csv quoted empty", "json empty"]
+    write_jsonl(tmp_path / "tr.jsonl", [{"t": t, "y": 1} for t in texts])
+    (tmp_path / "te.jsonl").write_text(
+        '{"t": "absent"}\n{"t": "null", "y": null}\n{"t": "nan", "y": NaN}\n'
+        '{"t": "json empty", "y": ""}\n', encoding="utf-8")
+    (tmp_path / "te.csv").write_text('t,y\ncsv empty,\ncsv quoted empty,""\nother,0\n',
+                                     encoding="utf-8")
+    srcs = [Source("a", str(tmp_path / "tr.jsonl"), split="train", text_field="t",
+                   label_field="y"),
+            Source("b", str(tmp_path / "te.jsonl"), split="test", text_field="t",
+                   label_field="y"),
+            Source("c", str(tmp_path / "te.csv"), split="test", text_field="t", label_field="y")]
+    res = audit(srcs, Options(), spark=spark)
+    assert [(r.text, r.labels) for r in res.label_conflicts.collect()] == [("json empty", ["", "1"])]
+    assert res.split_matrix["b/test"]["a/train"] == c(4, 4)
+    assert res.split_matrix["c/test"]["a/train"] == c(2, 3)
+
+
 @pytest.mark.parametrize("normalizer,lang,expected", [
     ("exact", "c", 0), ("whitespace", "c", 0), ("code", "c", 2), ("code", "auto", 2)])
 def test_normalizers_decide_what_matches(spark, tmp_path, normalizer, lang, expected):

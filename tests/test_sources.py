@@ -149,6 +149,21 @@ def test_a_json_integer_id_beyond_a_long_makes_the_ids_text(spark, tmp_path):
     assert_df_equality(records(spark, [src]), expected, ignore_row_order=True, ignore_nullable=True)
 
 
+@pytest.mark.parametrize("big", [False, True])
+def test_parquet_uint64_ids_are_integers_where_they_fit_a_long(spark, tmp_path, big):
+    # Spark reads uint64 as decimal(20,0): ids that all fit a long stay integers (10 after 9,
+    # not "10" before "2"); one beyond makes the dataset's ids texts, as a JSON number does.
+    ids = [10, 2, 2**64 - 1 if big else 9]
+    pq.write_table(pa.table({"i": pa.array(ids, pa.uint64()), "t": ["a", "b", "c"]}),
+                   tmp_path / "u.parquet")
+    src = Source("d", str(tmp_path / "u.parquet"), split="s", text_field="t", id_field="i")
+    expected = spark.createDataFrame(
+        [("d", "s", "d/s", str(i) if big else i, n, t, None, None)
+         for n, (i, t) in enumerate(zip(ids, "abc"))], SCHEMA_STR if big else SCHEMA_INT)
+    assert_df_equality(records(spark, [src]), expected, ignore_row_order=True,
+                       ignore_nullable=True)
+
+
 def test_a_json_file_of_json_lines_reads_as_jsonl(spark, tmp_path):
     # Spark's and pandas' JSON writers (and many Hugging Face datasets) put JSON Lines in .json
     # files: each line is a record, as in a .jsonl file, and an error names the line.
