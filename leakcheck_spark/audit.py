@@ -246,17 +246,15 @@ def group_stats(records: DataFrame) -> tuple[dict[str, dict], dict[str, str]]:
 def matrices(groups: dict[str, dict], dataset_of: dict[str, str],
              reached: DataFrame) -> tuple[dict, dict]:
     """The split x split and dataset x dataset matrices (full, zeros included)."""
-    names = list(groups)
+    cells = {"split": [], "dataset": []}
+    for r in match.matrix_counts(reached).collect():  # cells: at most (groups)^2 + (datasets)^2
+        cells[r.matrix].append((r.row, r.col, r["count"]))
     totals = {g: v["records"] for g, v in groups.items()}
-    split_m = report.matrix(names, totals, [
-        (r.group, r.to_group, r["count"]) for r in match.split_counts(reached).collect()
-    ])
+    split_m = report.matrix(list(groups), totals, cells["split"])
     datasets = sorted(set(dataset_of.values()))
     ds_totals = {d: sum(v["records"] for g, v in groups.items() if dataset_of[g] == d)
                  for d in datasets}
-    dataset_m = report.matrix(datasets, ds_totals, [
-        (r.dataset, r.to_dataset, r["count"]) for r in match.dataset_counts(reached).collect()
-    ])
+    dataset_m = report.matrix(datasets, ds_totals, cells["dataset"])
     return split_m, dataset_m
 
 

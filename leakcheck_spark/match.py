@@ -9,7 +9,8 @@ text with 100,000 copies is one row per group it occurs in, never 10^10 record p
   similarity) form, and everything downstream works unchanged.
 * :func:`copied_keys` -- the keys with more than one record, the only self-edges that matter.
 * :func:`reach` -- for each (key, group) every group its records match, and through which key.
-* :func:`split_counts`, :func:`dataset_counts` -- the matrix cells (small; collected by report).
+* :func:`matrix_counts` -- the cells of both matrices in one pass (small; collected by report);
+  :func:`split_counts`, :func:`dataset_counts` each matrix's alone.
 * :func:`overlaps` -- one row per (record, other group) with the 5 smallest matching ids.
 * :func:`label_conflicts` -- keys whose records carry different canonical labels.
 
@@ -126,34 +127,53 @@ def reach(kg: DataFrame, edges: DataFrame) -> DataFrame:
     return joined.where(~own_copy | (F.col("n") >= 2)).drop("to_n")
 
 
-def split_counts(reached: DataFrame) -> DataFrame:
-    """(group, to_group, count): records of `group` matching at least one record of `to_group`."""
+def matrix_counts(reached: DataFrame) -> DataFrame:
+    """(matrix, row, col, count): both matrices' cells in one pass over `reached`.
+
+    ``matrix = "split"``: records of group `row` matching at least one record of group `col`;
+    ``"dataset"``: records of dataset `row` matching a record of dataset `col` (on the diagonal
+    only matches in a different split of the same dataset count).  Each reached row stands for
+    a split cell and (off the group's own diagonal) a dataset cell; a (key, group) counts its
+    `n` records once per distinct cell.
+    """
     import pyspark.sql.functions as F
 
-    require_columns(reached, "match.split_counts",
-                    {"key": None, "group": None, "n": None, "to_group": None},
-                    "reached groups (match.reach)")
+    require_columns(reached, "match.matrix_counts",
+                    {"key": None, "group": None, "dataset": None, "n": None, "to_group": None,
+                     "to_dataset": None}, "reached groups (match.reach)")
 
+    def cell(matrix: str, row: str, col: str) -> Column:
+        return F.struct(F.lit(matrix).alias("matrix"), F.col(row).alias("row"),
+                        F.col(col).alias("col"))
+
+    cross = (F.col("dataset") != F.col("to_dataset")) | (F.col("group") != F.col("to_group"))
+    cells = F.array(cell("split", "group", "to_group"),
+                    F.when(cross, cell("dataset", "dataset", "to_dataset")))
     return (
-        reached.select("key", "group", "n", "to_group").distinct()
-        .groupBy("group", "to_group").agg(F.sum("n").alias("count"))
+        reached.select("key", "group", "n", F.explode(cells).alias("cell"))
+        .where(F.col("cell").isNotNull()).distinct()  # n: one per (key, group)
+        .groupBy("cell.matrix", "cell.row", "cell.col").agg(F.sum("n").alias("count"))
     )
+
+
+def split_counts(reached: DataFrame) -> DataFrame:
+    """(group, to_group, count): records of `group` matching at least one record of `to_group`
+    (the split cells of :func:`matrix_counts`)."""
+    return _cells(reached, "split", "group", "to_group")
 
 
 def dataset_counts(reached: DataFrame) -> DataFrame:
     """(dataset, to_dataset, count): records of `dataset` matching a record of `to_dataset`;
-    on the diagonal only matches in a different split of the same dataset count."""
+    on the diagonal only matches in a different split of the same dataset count (the dataset
+    cells of :func:`matrix_counts`)."""
+    return _cells(reached, "dataset", "dataset", "to_dataset")
+
+
+def _cells(reached: DataFrame, matrix: str, row: str, col: str) -> DataFrame:
     import pyspark.sql.functions as F
 
-    require_columns(reached, "match.dataset_counts",
-                    {"key": None, "group": None, "dataset": None, "n": None, "to_group": None,
-                     "to_dataset": None}, "reached groups (match.reach)")
-
-    cross = (F.col("dataset") != F.col("to_dataset")) | (F.col("group") != F.col("to_group"))
-    return (
-        reached.where(cross).select("key", "group", "dataset", "n", "to_dataset").distinct()
-        .groupBy("dataset", "to_dataset").agg(F.sum("n").alias("count"))
-    )
+    return (matrix_counts(reached).where(F.col("matrix") == matrix)
+            .select(F.col("row").alias(row), F.col("col").alias(col), "count"))
 
 
 def smallest_ids(records: DataFrame, by: tuple[str, ...] = ("key", "group"),

@@ -407,6 +407,10 @@ def test_matrices_and_overlaps_agree_with_brute_force_over_records(spark, units)
             want = {r for (a, b), ids in cells.items() for r in ids
                     if groups[a] == x and groups[b] == y and (x != y or a != b)}
             assert dataset_m[x][y]["count"] == len(want)
+    # The stage functions give each matrix's cells alone (the audit collects both in one pass).
+    for counts, m in ((match.split_counts, split_m), (match.dataset_counts, dataset_m)):
+        assert sorted(map(tuple, counts(reached).collect())) == sorted(
+            (a, b, v["count"]) for a, row in m.items() for b, v in row.items() if v["count"])
 
 
 def test_exact_csv_texts_with_crlf_inside_quotes_match_the_same_jsonl_texts(spark, tmp_path):
