@@ -31,6 +31,7 @@ from leakcheck_spark.options import (
     Source,
     check_sources,
 )
+from leakcheck_spark.paths import home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -248,7 +249,8 @@ def parse_source(spec: str, args: argparse.Namespace) -> Source:
     name, _, split = left.partition(":")
     if ":" in left and not split:
         raise LeakcheckError(errors.BAD_SPEC, f"empty split in dataset spec {spec!r}")
-    return Source(name, path, split=split or None, text_field=getattr(args, "text_field", None),
+    return Source(name, home(path), split=split or None,
+                  text_field=getattr(args, "text_field", None),
                   label_field=getattr(args, "label_field", None), split_field=args.split_field,
                   id_field=args.id_field)
 
@@ -420,6 +422,17 @@ def _output_kind(flag: str, path: str) -> str:
     return outputs.REPORT_DIR if flag == "--out-dir" else outputs.rows_kind(path)
 
 
+def _expand_home(args: argparse.Namespace) -> None:
+    """A leading ``~`` in each path flag (outputs, check's sources) expanded (:func:`home`);
+    ``-d`` sources get theirs in :func:`parse_source`."""
+    for attr in (*(attr for attr, _ in OUTPUT_FLAGS), "eval"):
+        value = getattr(args, attr, None)
+        if isinstance(value, str) and value != "-":
+            setattr(args, attr, home(value))
+    if getattr(args, "train", None) is not None:
+        args.train = [home(path) for path in args.train]
+
+
 def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(flag, path) of each output the parsed `args` name (stdout is none)."""
     return [(flag, getattr(args, attr)) for attr, flag in OUTPUT_FLAGS
@@ -518,6 +531,8 @@ def run(args: argparse.Namespace) -> int:
     held = io.StringIO()
     with outputs.all_or_nothing(), contextlib.redirect_stdout(held):
         code = _run(args)
+    if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to say it
+        return code
     try:
         sys.stdout.write(held.getvalue())
         sys.stdout.flush()
@@ -797,6 +812,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
 
 
+def _check_encoding(argv: Sequence[str]) -> None:
+    """Raise USAGE for an argument this Python could not decode: outside UTF-8 mode, in the
+    C locale (``LC_ALL=C PYTHONUTF8=0``), a non-ASCII byte arrives as a lone surrogate, which
+    no file name or Spark call can take."""
+    for word in argv:
+        if any("\udc80" <= ch <= "\udcff" for ch in word):
+            shown = os.fsencode(word).decode("utf-8", "replace")
+            raise LeakcheckError(
+                errors.USAGE, f"the argument {shown!r} holds characters this locale's encoding "
+                f"({sys.getfilesystemencoding()}) cannot read",
+                "run with a UTF-8 locale (LC_ALL=C.UTF-8) or with PYTHONUTF8=1")
+
+
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
 
@@ -812,11 +840,13 @@ def _main(argv: Sequence[str] | None) -> int:
     # reported here as one line instead.
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
     try:
+        _check_encoding(argv)
         _Parser.command = argv[0] if argv and argv[0] in COMMANDS else ""
         config_file = config.split_config(argv)[0]
         argv = expand_config(argv)
         as_json = wants_json(argv)  # also when the config file sets json
         args = build_parser().parse_args(argv)
+        _expand_home(args)
         # expand_config takes --config FILE out of argv; the file is an input of the run all
         # the same, which check_outputs must know of.
         args.config = config_file

@@ -25,6 +25,7 @@ from typing import Sequence
 
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
+from leakcheck_spark.paths import home
 
 # Config keys for flags that have only a short form.
 _ALIASES = {"datasets": "-d", "overrides": "-o"}
@@ -59,7 +60,7 @@ def split_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
         raise LeakcheckError(errors.USAGE, f"--config given {len(paths)} times "
                              f"({', '.join(paths)}): a run reads one config file",
                              "merge the files, or give the other file's settings as flags")
-    return (paths[0] if paths else None), rest
+    return (home(paths[0]) if paths else None), rest
 
 
 def load(path: str) -> dict:

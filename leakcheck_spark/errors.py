@@ -10,6 +10,7 @@ A stage a user composes checks its input's schema first (:func:`require_columns`
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import traceback
@@ -124,6 +125,11 @@ _READ_FILE = re.compile(r"Encountered error while reading file (\S+?)\.?\s", re.
 _DENIED = re.compile(r"AccessDeniedException: (.+?)(?:: |:?\s*$)", re.M)
 # A task could not start its Python worker: PYSPARK_PYTHON names no program it can run.
 _NO_PYTHON = re.compile(r'Cannot run program "([^"]*)": error=\d+, ([^\n]*)')
+# A Python worker runs an interpreter without a package the tasks need (PYSPARK_PYTHON names
+# another Python than the one leakcheck-spark is installed in).
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+_WORKER_PYTHON_HINT = ("set PYSPARK_PYTHON (on a cluster: spark.pyspark.python) to a Python "
+                       "that has leakcheck-spark installed, on every machine")
 
 
 _DENIED_HINT = ("check that the user Spark runs as may read it (and, for object storage, the "
@@ -201,8 +207,13 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
     if m:
         return LeakcheckError(IO, f"Spark cannot start its Python workers: cannot run "
                               f"{m.group(1)}: {m.group(2).strip().lower()}",
-                              "set PYSPARK_PYTHON (on a cluster: spark.pyspark.python) to a "
-                              "Python that has leakcheck-spark installed, on every machine")
+                              _WORKER_PYTHON_HINT)
+    m = _NO_MODULE.search(text)
+    if m:
+        python = os.environ.get("PYSPARK_PYTHON")
+        return LeakcheckError(IO, f"Spark's Python workers cannot import {m.group(1)}: the "
+                              "Python they run" + (f" ({python})" if python else "")
+                              + " does not have it", _WORKER_PYTHON_HINT)
     if "Python worker exited unexpectedly" in text:
         return LeakcheckError(IO, "a Python worker of a Spark task crashed (killed, or out of "
                               "memory)", "run again; if it crashes again, give the Python "

@@ -24,6 +24,17 @@ def is_local(path: str) -> bool:
     return not _SCHEME.match(path) or path.lower().startswith("file:")
 
 
+def home(path: str) -> str:
+    """`path` with a leading ``~`` or ``~user`` expanded, as a shell expands it, which it does
+    not after ``NAME=`` (``-d train=~/x.jsonl``), in a config file, nor when quoted: ``~/out``
+    must not become a folder named ``~`` in the current directory.  (``./~`` names that one.)
+
+    >>> home("~/x") == os.path.join(os.path.expanduser("~"), "x"), home("a/~"), home("s3a://~")
+    (True, 'a/~', 's3a://~')
+    """
+    return os.path.expanduser(path) if os.fspath(path).startswith("~") else path
+
+
 def local_path(path: str) -> str:
     """The OS path of a local path or ``file:`` URI."""
     return errors.display_path(path)

@@ -140,6 +140,8 @@ def get_session(
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
+    if not launched_by_submit:
+        _prepare_jvm_launch()
     try:
         if quiet_workers and not launched_by_submit:
             _launch_jvm(settings)
@@ -154,6 +156,43 @@ def get_session(
         session.sparkContext.setLogLevel("WARN")
     return session
 
+
+def _prepare_jvm_launch() -> None:
+    """Before this process starts a JVM: raise IO for a Java or Spark install that is not
+    there (spark-submit would print two lines of shell errors and PySpark "Java gateway process
+    exited"), and give the JVM a UTF-8 locale where this process runs in the C locale.
+
+    Under ``LC_ALL=C`` (containers, CI scripts) Python reads and names files in UTF-8 (its
+    UTF-8 mode) while Java would name them in ASCII: a file named ``é.jsonl`` would not be
+    found.  The JVM, and the Python workers it starts, get ``LC_ALL=C.UTF-8`` instead."""
+    import locale
+    import shutil
+
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return  # a JVM is there already
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home and not os.path.isfile(os.path.join(spark_home, "bin", "spark-submit")):
+        raise LeakcheckError(errors.IO, f"SPARK_HOME is {spark_home}, which holds no "
+                             "bin/spark-submit", "unset SPARK_HOME to use the Spark of the "
+                             "pyspark package, or point it at a Spark 4 install")
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and not os.access(os.path.join(java_home, "bin", "java"), os.X_OK):
+        raise LeakcheckError(errors.IO, f"JAVA_HOME is {java_home}, which holds no bin/java",
+                             "point JAVA_HOME at a Java 17 (or later) install, or unset it to "
+                             "use the java on PATH")
+    if not java_home and shutil.which("java") is None:
+        raise LeakcheckError(errors.IO, "no Java found: JAVA_HOME is not set and no java is on "
+                             "PATH", "install Java 17 or later, or set JAVA_HOME to one")
+    codeset = getattr(locale, "nl_langinfo", None)
+    if codeset is not None and codeset(locale.CODESET) in _ASCII_CODESETS and (
+            sys.flags.utf8_mode):
+        os.environ["LC_ALL"] = "C.UTF-8"
+
+
+# What nl_langinfo(CODESET) says in the C / POSIX locale.
+_ASCII_CODESETS = ("ANSI_X3.4-1968", "ASCII", "US-ASCII")
 
 # The one line Java prints on every start of Spark 4's JVM (Spark adds the vector incubator
 # module, and Java has no switch for the warning).  Dropped from the JVM's stderr of a session

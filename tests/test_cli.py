@@ -985,14 +985,24 @@ def test_a_python_worker_that_crashes_is_one_io_error_line(spark, tmp_path):
 
 
 def test_a_python_worker_spark_cannot_start_is_one_io_error_line(spark, tmp_path):
-    # PYSPARK_PYTHON naming no program: the cause, not "unexpected failure ... a bug" (or, for
-    # a file that cannot be run, a hint about the inputs).
+    # PYSPARK_PYTHON naming no program, or another Python, one without pandas or leakcheck-spark
+    # (here ours without its site-packages): the cause, not "unexpected failure ... a bug" (or,
+    # for a file that cannot be run, a hint about the inputs).
+    import stat
+    import sys
+
     from leakcheck_spark import errors
 
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n', encoding="utf-8")
+    bare.chmod(bare.stat().st_mode | stat.S_IXUSR)
     sc = spark.sparkContext
     kept = sc.pythonExec
-    for program, why in ((tmp_path / "no-python", "no such file or directory"),
-                         (tmp_path, "permission denied")):
+    for program, said in (
+            (tmp_path / "no-python", f"cannot run {tmp_path / 'no-python'}: no such file or "
+             "directory"),
+            (tmp_path, f"cannot run {tmp_path}: permission denied"),
+            (bare, "Spark's Python workers cannot import ")):
         sc.pythonExec = str(program)  # what a UDF's worker is started with
         try:
             with pytest.raises(Exception) as info:  # noqa: PT011 - Spark's own exception
@@ -1000,9 +1010,9 @@ def test_a_python_worker_spark_cannot_start_is_one_io_error_line(spark, tmp_path
         finally:
             sc.pythonExec = kept
         err = errors.from_spark_exception(info.value)
-        assert err is not None and err.code == "LC_E_IO", str(info.value)[:500]
-        assert err.message == ("Spark cannot start its Python workers: cannot run "
-                               f"{program}: {why}") and "PYSPARK_PYTHON" in err.hint
+        assert err is not None and err.code == "LC_E_IO", str(info.value)[:2000]
+        assert LINE.match(err.line()) and said in err.message, err.line()
+        assert "PYSPARK_PYTHON" in err.hint
 
 
 def test_what_a_killed_run_left_is_restored_or_reported_never_deleted(tmp_path, caplog):
@@ -1398,3 +1408,72 @@ def test_no_command_or_an_abbreviated_required_option_is_one_usage_line(cli):
                    "'leakcheck-spark check --help')\n")
     rc, _, err = cli("check", "--eval", "b.jsonl")
     assert rc == 2 and "the following arguments are required: --train" in err
+
+
+def test_a_container_locale_and_a_closed_stdout_still_give_the_whole_run(tmp_path):
+    import subprocess
+    import sys
+
+    # LC_ALL=C (Docker, CI scripts): Python reads its arguments as UTF-8 (its UTF-8 mode) while
+    # Java would name files in ASCII, and é.jsonl was "no such file".  Run with stdout closed
+    # (`>&-`): the report has nowhere to go, which is no failure of the run ("unexpected failure
+    # ... a bug" after the outputs were written).
+    d = tmp_path / "données"
+    write_jsonl(d / "é.jsonl", [{"t": "int a;"}, {"t": "int b;"}])
+    write_jsonl(d / "tr.jsonl", [{"t": "int  a;"}])
+    out = tmp_path / "rapport"
+    env = {**os.environ, "LC_ALL": "C", "PYSPARK_PYTHON": sys.executable}
+    env.pop("PYTHONUTF8", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "leakcheck_spark", "audit", "-d", f"café:test={d / 'é.jsonl'}",
+         "-d", f"tr:train={d / 'tr.jsonl'}", "--text-field", "t", "--json", "-", "--out-dir",
+         str(out), "--master", "local[1]"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=300, cwd=tmp_path,
+        preexec_fn=lambda: os.close(1))  # noqa: PLW1509 - the child's stdout, closed
+    assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["split_matrix"]["café/test"]["tr/train"]["count"] == 1
+    assert proc.stdout == b""
+
+
+@pytest.mark.parametrize("setting,said", [
+    ({"JAVA_HOME": "/nonexistent/jdk"}, "JAVA_HOME is /nonexistent/jdk, which holds no bin/java"),
+    ({"JAVA_HOME": None, "PATH": "/nonexistent"},
+     "no Java found: JAVA_HOME is not set and no java is on PATH"),
+    ({"SPARK_HOME": "/nonexistent/spark"},
+     "SPARK_HOME is /nonexistent/spark, which holds no bin/spark-submit"),
+    ({"LC_ALL": "C", "PYTHONUTF8": "0"}, "the argument 'x=donn\\xe9es.jsonl' holds characters "
+     "this locale's encoding (ascii) cannot read"),
+])
+def test_a_machine_without_java_or_spark_or_a_readable_argument_is_one_line(tmp_path, setting,
+                                                                            said):
+    import subprocess
+    import sys
+
+    # The install, not the inputs: said before any JVM starts (not spark-class's shell errors
+    # and "Java gateway process exited", with a hint about --master).
+    (tmp_path / "données.jsonl").write_text('{"t": "a"}\n', encoding="utf-8")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    for key, value in setting.items():
+        env.pop(key, None) if value is None else env.__setitem__(key, value)
+    proc = subprocess.run([sys.executable, "-m", "leakcheck_spark", "audit", "-d",
+                           "x=données.jsonl", "--text-field", "t"],
+                          capture_output=True, env=env, timeout=120, cwd=tmp_path)
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2 and len(err.splitlines()) == 1 and LINE.match(err.strip()), err
+    assert said in err, err
+
+
+def test_a_leading_tilde_the_shell_left_is_the_home_folder(cli, tmp_path, monkeypatch):
+    # The shell expands no ~ after NAME= (-d x=~/a.jsonl), in --opt=~/..., nor when quoted:
+    # '~/o' was a folder named ~ in the current directory ("wrote ~/o" read like the home one).
+    home = tmp_path / "home"
+    write_jsonl(home / "a.jsonl", [{"t": "a b"}, {"t": "a  b"}])
+    (home / "job.toml").write_text('text-field = "t"\n', encoding="utf-8")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = cli("audit", "--config=~/job.toml", "-d", "x:train=~/a.jsonl", "--out-dir",
+                     "~/o", "--json=~/r.json")
+    assert rc == 0, err
+    assert json.loads((home / "r.json").read_text())["groups"]["x/train"]["records"] == 2
+    assert (home / "o" / "report.json").is_file() and not (tmp_path / "~").exists()
