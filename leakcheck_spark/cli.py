@@ -8,6 +8,7 @@ The only module that prints and chooses exit codes: 0 success, 1 a requested fai
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import dataclasses
 import io
@@ -512,11 +513,11 @@ def _emit_json(spark: SparkSession, target: str, obj: dict) -> None:
     parent directories created)."""
     from leakcheck_spark import outputs
 
-    text = json.dumps(obj, indent=2, ensure_ascii=False)
-    if target == "-":
-        print(text)
+    if target == "-":  # printed to the held stdout: written to the real one at the end
+        print(json.dumps(obj, indent=2, ensure_ascii=not writes_unicode(sys.__stdout__)))
     else:
-        outputs.write_text_file(spark, target, text + "\n")
+        outputs.write_text_file(spark, target, json.dumps(obj, indent=2, ensure_ascii=False)
+                                + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -812,6 +813,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
 
 
+def writes_unicode(stream: object) -> bool:
+    """Whether text `stream` can write any character: not in the C locale outside UTF-8 mode
+    (``LC_ALL=C PYTHONUTF8=0``: ASCII), where JSON for it escapes every other character."""
+    try:
+        return codecs.lookup(getattr(stream, "encoding", None) or "ascii").name.startswith("utf")
+    except LookupError:
+        return False
+
+
+def _plain_streams() -> None:
+    """On a stdout or stderr that cannot write any character, write the others escaped
+    (``caf\\xe9``) instead of failing a finished run on the first id or text that needs one."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and not writes_unicode(stream) and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def _check_encoding(argv: Sequence[str]) -> None:
     """Raise USAGE for an argument this Python could not decode: outside UTF-8 mode, in the
     C locale (``LC_ALL=C PYTHONUTF8=0``), a non-ASCII byte arrives as a lone surrogate, which
@@ -839,6 +857,7 @@ def _main(argv: Sequence[str] | None) -> int:
     # PySpark logs a JVM stack trace for every analysis error before raising it; the error is
     # reported here as one line instead.
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
+    _plain_streams()
     try:
         _check_encoding(argv)
         _Parser.command = argv[0] if argv and argv[0] in COMMANDS else ""
@@ -901,6 +920,7 @@ def _interrupted(terminated: bool) -> int:
 
 def _print_error(err: LeakcheckError, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(err.to_dict(), ensure_ascii=False), file=sys.stderr)
+        print(json.dumps(err.to_dict(), ensure_ascii=not writes_unicode(sys.stderr)),
+              file=sys.stderr)
     else:
         print(err.line(), file=sys.stderr)
