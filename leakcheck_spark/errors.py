@@ -128,6 +128,12 @@ _NO_PYTHON = re.compile(r'Cannot run program "([^"]*)": error=\d+, ([^\n]*)')
 # A Python worker runs an interpreter without a package the tasks need (PYSPARK_PYTHON names
 # another Python than the one leakcheck-spark is installed in).
 _NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+# A job cancelled while the run waited for it: from Spark's UI (its "kill" link), another thread
+# of a notebook (cancelAllJobs), or a platform stopping the application.
+_CANCELLED = re.compile(r"\bJob (\d+) cancelled ?(.*?)(?: SQLSTATE: \w+)?\s*$", re.M)
+_MEMORY_HINT = ("give Spark more memory: --conf spark.driver.memory=... (local mode: the driver "
+                "runs the tasks), spark.executor.memory=... on a cluster; in a notebook, start "
+                "the session with more driver memory and del the results you are done with")
 _WORKER_PYTHON_HINT = ("set PYSPARK_PYTHON (on a cluster: spark.pyspark.python) to a Python "
                        "that has leakcheck-spark installed, on every machine")
 
@@ -221,6 +227,17 @@ def from_spark_exception(exc: BaseException) -> LeakcheckError | None:
                               "spark.executor.memory=..., spark.driver.memory=... in local "
                               "mode), or use smaller Arrow batches (--conf "
                               "spark.sql.execution.arrow.maxRecordsPerBatch=...)")
+    if "java.lang.OutOfMemoryError" in text or "Not enough memory to build and broadcast" in text:
+        kind = re.search(r"java\.lang\.OutOfMemoryError: ([^\n]*)", text)
+        return LeakcheckError(IO, "Spark ran out of memory" + (
+            f" (OutOfMemoryError: {kind.group(1).strip()[:100]})" if kind else
+            " (building a broadcast table)"), _MEMORY_HINT)
+    m = _CANCELLED.search(text)
+    if m:
+        why = m.group(2).strip()
+        return LeakcheckError(IO, f"Spark job {m.group(1)} of this run was cancelled"
+                              + (f" ({why[:200]})" if why else ""),
+                              "run again; nothing of this run was written")
     if "PATH_NOT_FOUND" in text or "FileNotFoundException" in text:
         return LeakcheckError(IO, _first_line(text))
     m = _DENIED.search(text)

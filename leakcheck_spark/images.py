@@ -125,12 +125,22 @@ def popcount(values: np.ndarray) -> np.ndarray:
     return np.bitwise_count(np.asarray(values).view(np.uint64)).astype(np.int64)
 
 
+_HEX_HASH = re.compile(r"[0-9a-fA-F]{1,16}")
+
+
 def _as_int(h: object) -> int:
-    if isinstance(h, str):
-        return int(h, 16)
+    """A hash as an unsigned 64-bit integer; anything else is ``LC_E_USAGE`` (a longer string or
+    a larger integer would give a distance of more than 64 bits)."""
     if hasattr(h, "hash"):  # an imagehash.ImageHash
-        return int(str(h), 16)
-    return int(h) & (2**64 - 1)
+        h = str(h)
+    if isinstance(h, str):
+        if _HEX_HASH.fullmatch(h):
+            return int(h, 16)
+    elif isinstance(h, (int, np.integer)) and not isinstance(h, bool) and -2**63 <= h < 2**64:
+        return int(h) & (2**64 - 1)
+    raise LeakcheckError(errors.USAGE, f"{h!r} is not a 64-bit hash",
+                         "give 16 hex characters (as the outputs write them), an integer, or an "
+                         "imagehash.ImageHash")
 
 
 def hamming_distance(a: object, b: object) -> int | np.ndarray:

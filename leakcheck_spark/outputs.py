@@ -122,11 +122,13 @@ def check_replaceable(spark: SparkSession | None, path: str, kind: str,
     (:data:`REPORT_NAMES`); for a directory of part files (:data:`PARTS_DIR`), Spark's
     ``part-*`` files or its ``_SUCCESS`` marker and nothing but those, Spark's other ``_``
     markers and the ``.crc`` checksums Hadoop writes beside them; one file (:data:`ONE_FILE`) never
-    replaces a directory that holds anything.  A file at `path` is not checked here.  `spark` may
-    be None for a local path; `name` is how the error names the output (default: `path`).
+    replaces a directory that holds anything.  A file at `path` is replaced only by one file.
+    `spark` may be None for a local path; `name` is how the error names the output (default:
+    `path`).
 
     Raises:
-        LeakcheckError(LC_E_USAGE): a directory holding something else (named in the message).
+        LeakcheckError(LC_E_USAGE): a directory holding something else (named in the message),
+            or a file where a directory goes.
     """
     _files(spark, path).check_replaceable(path, kind, name)
 
@@ -567,6 +569,10 @@ class _Files:
     def check_replaceable(self, path: str, kind: str, name: str | None = None) -> None:
         """:func:`check_replaceable`."""
         if not self.is_dir(path):
+            if kind != ONE_FILE and self.exists(path):
+                raise LeakcheckError(errors.USAGE, f"{name or path} is a file, and this output "
+                                     "is a directory: replacing it would delete it",
+                                     "give a new path, or remove the file first")
             return
         names = [n for p in self.list(path) if (n := _split(p)[1]) not in DESKTOP_LITTER]
         if kind == REPORT_DIR:

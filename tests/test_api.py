@@ -217,6 +217,15 @@ def test_write_never_replaces_a_directory_of_the_users(spark, two, tmp_path):
         assert sorted(p.name for p in tmp_path.iterdir()) == before  # no staging left either
         assert [p.name for p in mine.iterdir()] == ["notes.txt"]
         assert [p.name for p in as_file.iterdir()] == ["notes.txt"]
+    # A file where a directory goes: it was replaced by the output, silently.
+    notes = tmp_path / "notes"
+    notes.write_text("mine")
+    for write in (res.write, ch.write, cl.write, rs.write):
+        with pytest.raises(L.LeakcheckError) as info:
+            write(str(notes))
+        assert info.value.code == USAGE and "notes is a file, and this output is a directory" in (
+            info.value.message)
+        assert notes.read_text() == "mine"
     # An earlier output of the same kind is replaced.
     for write, out in ((res.write, "a"), (ch.write, "c"), (cl.write, "k"), (rs.write, "r")):
         write(str(tmp_path / out))

@@ -984,6 +984,50 @@ def test_a_python_worker_that_crashes_is_one_io_error_line(spark, tmp_path):
     assert LINE.match(err.line()) and "Python worker of a Spark task crashed" in err.message
 
 
+def test_a_cancelled_job_and_a_jvm_out_of_memory_are_one_io_error_line(spark):
+    # A notebook's other thread (cancelAllJobs), Spark UI's kill link: a Java trace of
+    # SPARK_JOB_CANCELLED, or "unexpected failure ... a bug" from the CLI.  Likewise the
+    # driver's heap filling up in a long notebook session.
+    import threading
+    import time
+
+    from leakcheck_spark import errors
+
+    def slow(batches):
+        for batch in batches:
+            time.sleep(30)
+            yield batch
+
+    sc = spark.sparkContext
+
+    def cancel_when_running() -> None:
+        deadline = time.monotonic() + 60
+        while not sc.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        sc.cancelAllJobs()
+
+    canceller = threading.Thread(target=cancel_when_running)
+    canceller.start()
+    try:
+        with pytest.raises(Exception) as info:  # noqa: PT011 - Spark's own exception
+            spark.range(2, numPartitions=1).mapInPandas(slow, "id long").collect()
+    finally:
+        canceller.join()
+    err = errors.from_spark_exception(info.value)
+    assert err is not None and err.code == "LC_E_IO", str(info.value)[:2000]
+    assert LINE.match(err.line()) and " of this run was cancelled (" in err.message, err.line()
+    for text, said in (
+            ("py4j.protocol.Py4JJavaError: An error occurred while calling o81.count.\n: "
+             "java.lang.OutOfMemoryError: Java heap space\n\tat java.base/...",
+             "Spark ran out of memory (OutOfMemoryError: Java heap space)"),
+            ("org.apache.spark.SparkException: Not enough memory to build and broadcast the "
+             "table to all worker nodes. As a workaround, ...",
+             "Spark ran out of memory (building a broadcast table)")):
+        err = errors.from_spark_exception(RuntimeError(text))
+        assert err is not None and err.code == "LC_E_IO" and err.message == said
+        assert "spark.driver.memory" in err.hint
+
+
 def test_a_python_worker_spark_cannot_start_is_one_io_error_line(spark, tmp_path):
     # PYSPARK_PYTHON naming no program, or another Python, one without pandas or leakcheck-spark
     # (here ours without its site-packages): the cause, not "unexpected failure ... a bug" (or,

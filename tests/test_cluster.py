@@ -4,7 +4,8 @@ through a Spark Connect server.
 The standalone cluster is real: a master and two workers started from the pip package's
 ``bin/spark-class`` on 127.0.0.1, each a separate JVM, with executors in their own processes (and
 their own Python workers).  The jobs run through ``spark-submit jobs/*.py`` exactly as a user runs
-them, from a working directory that holds nothing of theirs.
+them, from a working directory that holds nothing of theirs; the local[2] outputs they are compared
+with come from the same commands run in the tests' own session.
 """
 
 from __future__ import annotations
@@ -195,9 +196,20 @@ def inputs(tmp_path_factory):
     return d
 
 
-def _submit(master: str, job: str, args: list[str], cwd: Path) -> None:
+def _submit(master: str | None, job: str, args: list[str], cwd: Path) -> None:
     """spark-submit a job on `master`; a master of ``sc://...`` runs the job script with plain
-    Python through that Spark Connect server instead."""
+    Python through that Spark Connect server instead, and None runs the job's command in this
+    process, on the tests' local[2] session (the reference: two JVM starts fewer)."""
+    if master is None:
+        from leakcheck_spark.cli import main
+
+        here = os.getcwd()
+        os.chdir(cwd)
+        try:
+            assert main([job.removesuffix(".py"), *args]) == 0
+        finally:
+            os.chdir(here)
+        return
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_HOME": _spark_home(),
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     if master.startswith("sc://"):
@@ -220,7 +232,7 @@ def _submit(master: str, job: str, args: list[str], cwd: Path) -> None:
         assert " ERROR " not in done.stderr, done.stderr[-4000:]
 
 
-def _run_all(master: str, inputs: Path, out: Path, prefix: str = "") -> dict:
+def _run_all(master: str | None, inputs: Path, out: Path, prefix: str = "") -> dict:
     """Audit (with --near) and clean on `master`; returns what must be identical everywhere.
 
     `prefix` (a URI prefix such as VIEWFS, which reaches local files another way) goes before the
@@ -253,8 +265,9 @@ def _run_all(master: str, inputs: Path, out: Path, prefix: str = "") -> dict:
 
 
 @pytest.fixture(scope="module")
-def local_result(inputs, tmp_path_factory):
-    return _run_all("local[2]", inputs, tmp_path_factory.mktemp("local"))
+def local_result(spark, inputs, tmp_path_factory):
+    """The outputs of local mode: the tests' session, local[2] (its own shuffle partitions)."""
+    return _run_all(None, inputs, tmp_path_factory.mktemp("local"))
 
 
 def _assert_same(got: dict, want: dict) -> None:

@@ -11,6 +11,7 @@ from conftest import spark_conf, write_jsonl
 
 pytest.importorskip("imagehash")
 
+from leakcheck_spark.errors import LeakcheckError  # noqa: E402
 from leakcheck_spark.images import (  # noqa: E402
     ImageOptions,
     hamming_distance,
@@ -289,8 +290,6 @@ def test_a_table_field_is_for_the_tables_among_the_sources(spark, tmp_path, pict
 
 def test_a_split_value_that_cannot_name_a_group_is_a_bad_value(spark, tmp_path):
     # As for text sources: a split column's "a/b" made the group "t/a/b".
-    from leakcheck_spark.errors import LeakcheckError
-
     write_jsonl(tmp_path / "t.jsonl", [{"file": "x.png", "s": "train"},
                                        {"file": "y.png", "s": "a/b"}])
     with pytest.raises(LeakcheckError) as info:
@@ -323,6 +322,11 @@ def test_hamming_distance_forms():
     assert hamming_distance("0000000000000000", "ffffffffffffffff") == 64
     assert hamming_distance(-1, 0) == 64
     assert list(hamming_distance(np.array([1, 3]), np.array([0, 0]))) == [1, 2]
+    assert hamming_distance(2**64 - 1, np.int64(0)) == 64
+    for bad in ("xyz", "1" * 17, "", 2**64, -2**63 - 1, 1.5, None):
+        with pytest.raises(LeakcheckError, match="not a 64-bit hash") as err:
+            hamming_distance(bad, 0)
+        assert err.value.code == "LC_E_USAGE"
 
 
 @pytest.mark.parametrize(("args", "code", "hint"), [
