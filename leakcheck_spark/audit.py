@@ -87,8 +87,7 @@ class AuditResult:
 
     def unpersist(self) -> None:
         """Release the data the audit cached (the results stay usable, recomputed on demand)."""
-        for df in self._cached:
-            df.unpersist()
+        release(self._cached)
 
     def to_dict(self) -> dict:
         """The report.json object (schema ``leakcheck-spark/report/v1``)."""

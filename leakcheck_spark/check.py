@@ -90,8 +90,7 @@ class CheckResult:
         return bool(self.exact_hits or self.ngram_hits or self.near_hits)
 
     def unpersist(self) -> None:
-        for df in self._cached:
-            df.unpersist()
+        release(self._cached)
 
     def to_dict(self) -> dict:
         """The report (schema ``leakcheck-spark/check/v1``); noleak's ``--json`` keys included."""

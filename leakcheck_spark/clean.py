@@ -59,8 +59,7 @@ class CleanResult:
     def unpersist(self) -> None:
         """Release the data the clean cached (the test rows and the decisions); the results
         stay usable, recomputed on demand."""
-        for df in self._cached:
-            df.unpersist()
+        release(self._cached)
 
     @property
     def kept(self) -> DataFrame:

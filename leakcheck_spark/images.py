@@ -39,7 +39,7 @@ from leakcheck_spark.near import _pair_steps, _whole_buckets, bucket_partners
 from leakcheck_spark.options import DEFAULT_SPLIT, FORMATS, Source, as_sources, check_sources
 from leakcheck_spark.paths import is_local, local_path, resolved, searched, spark_uri
 from leakcheck_spark.resplit import DEFAULT_PRIORITY, check_priority, reassign
-from leakcheck_spark.session import session_conf
+from leakcheck_spark.session import release, session_conf
 from leakcheck_spark.sources import (
     BAD_SPLIT_HINT,
     TABLE_PREFIX,
@@ -624,8 +624,7 @@ class ImagesResult:
         log.info("wrote %s", out)
 
     def unpersist(self) -> None:
-        for df in (self.images, self.overlaps):
-            df.unpersist()
+        release((self.images, self.overlaps))
 
 
 @spark_action

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 from leakcheck_spark import errors
 from leakcheck_spark.errors import LeakcheckError
 from leakcheck_spark.paths import is_local, local_path, spark_uri
-from leakcheck_spark.session import is_connect, session_conf
+from leakcheck_spark.session import is_connect, live, session_conf
 from leakcheck_spark.sources import CSV_DIALECT, named
 
 if TYPE_CHECKING:
@@ -474,6 +474,7 @@ def _files(spark: SparkSession, path: str) -> _Files:
     has no JVM: the client then needs fsspec and the package for the scheme (s3fs for ``s3a://``,
     gcsfs for ``gs://``, adlfs for ``abfss://``), with credentials for the same storage.
     """
+    live(spark)
     if is_local(path):
         return _LocalFiles()
     if not is_connect(spark):

@@ -123,7 +123,7 @@ class ResplitResult:
         log.info("wrote %s (%.1f s)", out, time.monotonic() - t)
 
     def unpersist(self) -> None:
-        self.assignment.unpersist()
+        release([self.assignment])
 
 
 @spark_action

@@ -276,7 +276,8 @@ def session_or_default(spark: object) -> SparkSession:
     (:func:`get_session`); a session (classic or Spark Connect) is used as it is.
 
     Raises:
-        LeakcheckError(LC_E_USAGE): anything else (a master URL string, say).
+        LeakcheckError(LC_E_USAGE): anything else (a master URL string, say), or a session that
+            has been stopped.
     """
     if spark is None:
         return get_session()
@@ -285,6 +286,31 @@ def session_or_default(spark: object) -> SparkSession:
         raise LeakcheckError(errors.USAGE, f"spark must be a SparkSession or None, not {spark!r}",
                              "pass spark=None to use the active session (or start a local one), "
                              "or a session of yours")
+    return live(spark)
+
+
+def stopped(spark: SparkSession) -> bool:
+    """True once `spark` has been stopped (``spark.stop()``): its DataFrames can run no more."""
+    if is_connect(spark):
+        return bool(spark.is_stopped)
+    return spark.sparkContext._jsc is None
+
+
+def live(spark: SparkSession) -> SparkSession:
+    """`spark`, if it has not been stopped.  A stopped session fails in Spark with a
+    NullPointerException trace (or an AttributeError on None) at the first call that needs it;
+    a result kept after ``spark.stop()`` and written, or a stopped session passed in, meets this
+    one line instead.
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): the session has been stopped.
+    """
+    if stopped(spark):
+        raise LeakcheckError(
+            errors.USAGE, "the Spark session has been stopped (spark.stop()), so its DataFrames "
+            "cannot run",
+            "write a result before stopping its session; to go on, run the call again with a "
+            "new session (spark=None gets the active one or starts one)")
     return spark
 
 
@@ -481,6 +507,7 @@ def _submit_conf() -> dict:
 @contextlib.contextmanager
 def session_conf(spark: SparkSession, settings: dict) -> Iterator[None]:
     """Spark SQL settings for the queries run inside the block, restored afterwards."""
+    live(spark)
     old = {k: spark.conf.get(k, None) for k in settings}
     for k, v in settings.items():
         spark.conf.set(k, str(v))
@@ -495,11 +522,14 @@ def session_conf(spark: SparkSession, settings: dict) -> Iterator[None]:
 
 
 def release(frames: Iterable[DataFrame]) -> None:
-    """Unpersist the cached `frames` of a run that is failing.  A frame that cannot be released
-    (Spark's JVM out of memory) must not replace the run's own error, which the caller
-    re-raises; a JVM that is gone is raised as such, the clearer of the two (the call that hit it
-    may fail in any way: "... does not exist in the JVM")."""
+    """Unpersist the cached `frames` (of a run that is failing, or a result's ``unpersist()``).
+    A frame that cannot be released (Spark's JVM out of memory) must not replace the run's own
+    error, which the caller re-raises; a JVM that is gone is raised as such, the clearer of the
+    two (the call that hit it may fail in any way: "... does not exist in the JVM").  Frames of
+    a stopped session hold nothing any more: their cache went with it."""
     for df in frames:
+        if stopped(df.sparkSession):
+            return
         try:
             df.unpersist()
         except Exception as exc:

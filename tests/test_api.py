@@ -167,6 +167,43 @@ def test_clean_releases_what_it_cached(spark, two, tmp_path):
     assert [r.id for r in res.kept.collect()] == [1]
 
 
+def test_a_stopped_session_is_one_usage_error_and_unpersist_after_it_is_quiet(two, tmp_path):
+    # Before: a result written after spark.stop() failed with AttributeError: 'NoneType' object
+    # has no attribute 'addJobTag' (audit), a bare AssertionError (clean), a Java
+    # NullPointerException trace (unpersist), and a stopped session passed in with PySpark's
+    # SESSION_OR_CONTEXT_NOT_EXISTS.  Its own process: the tests' session must stay up.
+    import subprocess
+    import sys
+
+    train, test = two
+    script = f"""
+import leakcheck_spark as L
+from leakcheck_spark.session import get_session
+spark = get_session("local[1]", conf=[("spark.sql.shuffle.partitions", "1")])
+train = L.Source("d", {train.path!r}, split="train", text_field="func")
+test = L.Source("d", {test.path!r}, split="test", text_field="func")
+results = [L.audit([train, test], spark=spark), L.clean(test, [train], spark=spark)]
+spark.stop()
+calls = [lambda: results[0].write("{tmp_path}/report"), lambda: results[1].write("{tmp_path}/k.jsonl"),
+         lambda: results[1].write_report("{tmp_path}/r.json"), lambda: L.audit([train, test], spark=spark)]
+for call in calls:
+    try:
+        call()
+    except L.LeakcheckError as exc:
+        print(exc.code, exc.message)
+for res in results:
+    res.unpersist()
+print("released")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "LC_E_USAGE the Spark session has been stopped (spark.stop()), so its DataFrames cannot "
+        "run"] * 4 + ["released"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test.jsonl", "train.jsonl"]
+
+
 def test_write_refuses_an_unknown_format_and_reports_the_one_used(spark, two, tmp_path):
     # Before: write(dir, fmt="xml") wrote Parquet without a word, and write(dir, fmt="csv")
     # wrote CSV lists beside a report.json whose options said "parquet".
