@@ -54,6 +54,7 @@ class CleanResult:
     counts: dict[str, int]
     int_ids: tuple[bool, bool] = (False, False)  # (test ids, against ids) are all integers
     timings: dict[str, float] = field(default_factory=dict)
+    against: list[Source] = field(default_factory=list)
     _cached: list = field(default_factory=list, repr=False)
 
     def unpersist(self) -> None:
@@ -93,9 +94,13 @@ class CleanResult:
         the text formats), else a directory of part files in ``--format``."""
         from leakcheck_spark.session import session_conf
 
+        out = outputs.output_path(out, self._inputs(), in_place=self.test.path)
         # Column names are case-sensitive, as in JSON: "t" and "T" are two columns of a row.
         with session_conf(self.rows.sparkSession, {"spark.sql.caseSensitive": "true"}):
             write_rows(self, out)
+
+    def _inputs(self) -> list[str]:
+        return [s.path for s in (self.test, *self.against)]
 
     @spark_action
     def write_report(self, path: str) -> None:
@@ -111,6 +116,7 @@ class CleanResult:
                 yield ("," if i else "") + "\n  " + json.dumps(self._entry(r), ensure_ascii=False)
             yield "\n]}\n"
 
+        path = outputs.output_path(path, self._inputs())
         outputs.write_text_file(self.rows.sparkSession, path, chunks())
 
     def _entry(self, r) -> dict:  # noqa: ANN001 - a Row
@@ -200,7 +206,8 @@ def clean(test: Source, against: Sequence[Source], options: Options | None = Non
                all(s.name in blocks.int_datasets for s in against))
     return CleanResult(test, options, formats[0], decided,
                        test_frame.original_columns.get(formats[0], []), counts, int_ids,
-                       timer.timings, _cached=[decided, *(part for _, part in test_frame.parts)])
+                       timer.timings, list(against),
+                       _cached=[decided, *(part for _, part in test_frame.parts)])
 
 
 def decide(test: DataFrame, against: DataFrame | None, dedup: bool,

@@ -338,10 +338,8 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
     Raises:
         LeakcheckError: LC_E_USAGE, or LC_E_IO for a parent that is a file or not writable.
     """
-    from leakcheck_spark.hf import PREFIX as HF
-    from leakcheck_spark.outputs import check_replaceable, single_file_format
+    from leakcheck_spark.outputs import check_not_input, check_replaceable, single_file_format
     from leakcheck_spark.paths import comparable, is_local, local_path, resolved, within
-    from leakcheck_spark.sources import TABLE_PREFIX
 
     if getattr(args, "config", None) is not None:
         inputs = [*inputs, args.config]
@@ -358,14 +356,7 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
                                      "overlap", "give each output a place of its own")
         seen.append((flag, path, where))
         _warn_if_named_as_a_file(flag, path, getattr(args, "format", None))
-        for source in inputs:
-            if source.startswith((HF, TABLE_PREFIX)):
-                continue
-            src = comparable(source)
-            if flag == "--out" and source == in_place and where == src:
-                continue
-            if within(where, src) or within(src, where):
-                raise _over_input(flag, path, where, src, source)
+        check_not_input(flag, path, inputs, in_place if flag == "--out" else None)
         if not is_local(path):
             continue
         if within(comparable(os.getcwd()), where):  # replacing it would empty the user's cwd
@@ -441,16 +432,6 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
                                                               and args.json == "-")]
 
 
-def _over_input(flag: str, path: str, where: str, place: str, source: str) -> LeakcheckError:
-    """The error for output `path` (at `where`) that is, holds or lies inside the input `source`
-    (at `place`; both :func:`paths.comparable`)."""
-    from leakcheck_spark.paths import within
-
-    what = "is" if where == place else "holds" if within(place, where) else "lies inside"
-    return LeakcheckError(errors.USAGE, f"{flag} {path} {what} the input {source}: writing it "
-                          "would replace or mix with the input", "write the output somewhere else")
-
-
 def check_listed_images(spark: SparkSession, args: argparse.Namespace,
                         sources: Sequence[Source], options) -> None:  # noqa: ANN001
     """Refuse, before any image is hashed, an output that is or holds an image a ``.txt`` list
@@ -460,6 +441,7 @@ def check_listed_images(spark: SparkSession, args: argparse.Namespace,
         LeakcheckError: LC_E_USAGE.
     """
     from leakcheck_spark.images import listed_inside
+    from leakcheck_spark.outputs import over_input
     from leakcheck_spark.paths import resolved, within
 
     outs = [(flag, path, resolved(path)) for flag, path in _outputs(args)]
@@ -468,7 +450,7 @@ def check_listed_images(spark: SparkSession, args: argparse.Namespace,
         return
     image, listed_in = hit
     flag, path, where = next(o for o in outs if within(image, o[2]))
-    raise _over_input(flag, path, where, image, f"{image} (listed in {listed_in})")
+    raise over_input(flag, path, where, image, f"{image} (listed in {listed_in})")
 
 
 def check_table_outputs(spark: SparkSession, args: argparse.Namespace,
@@ -485,7 +467,7 @@ def check_table_outputs(spark: SparkSession, args: argparse.Namespace,
     Raises:
         LeakcheckError: LC_E_USAGE.
     """
-    from leakcheck_spark.outputs import check_replaceable
+    from leakcheck_spark.outputs import check_replaceable, over_input
     from leakcheck_spark.paths import comparable, is_local, resolved, within
     from leakcheck_spark.sources import TABLE_PREFIX
 
@@ -505,7 +487,7 @@ def check_table_outputs(spark: SparkSession, args: argparse.Namespace,
             place = comparable(row.data_type)
             for flag, path, where in outs:
                 if within(where, place) or within(place, where):
-                    raise _over_input(flag, path, where, place, f"{source} (at {row.data_type})")
+                    raise over_input(flag, path, where, place, f"{source} (at {row.data_type})")
 
 
 def _emit_json(spark: SparkSession, target: str, obj: dict) -> None:
@@ -858,6 +840,7 @@ def _main(argv: Sequence[str] | None) -> int:
     # reported here as one line instead.
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
     _plain_streams()
+    confs: list[str] = []  # the run's --conf settings, once parsed
     try:
         _check_encoding(argv)
         _Parser.command = argv[0] if argv and argv[0] in COMMANDS else ""
@@ -865,6 +848,7 @@ def _main(argv: Sequence[str] | None) -> int:
         argv = expand_config(argv)
         as_json = wants_json(argv)  # also when the config file sets json
         args = build_parser().parse_args(argv)
+        confs = list(getattr(args, "conf", None) or [])
         _expand_home(args)
         # expand_config takes --config FILE out of argv; the file is an input of the run all
         # the same, which check_outputs must know of.
@@ -887,10 +871,15 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a stack trace
         if _TERMINATED.is_set():
             return _interrupted(True)
+        # A --conf value Spark took at start may fail a query later, in words that do not
+        # name it (spark.sql.files.maxPartitionBytes=0: "step cannot be 0").
+        suspect = (f"it may come from --conf {', '.join(confs)}: run again without it; if the "
+                   "failure stays, " if confs else "")
         err = errors.from_spark_exception(exc) or LeakcheckError(
             errors.IO, f"unexpected failure: {type(exc).__name__}: "
             f"{(str(exc).strip().splitlines() or [''])[0][:300]}",
-            "this looks like a bug in leakcheck-spark; please report it with the command line",
+            f"{suspect}this looks like a bug in leakcheck-spark; please report it with the "
+            "command line",
         )
         _print_error(err, as_json)
         return 2
@@ -898,12 +887,13 @@ def _main(argv: Sequence[str] | None) -> int:
         log.removeHandler(handler)
 
 
-def job(command: str) -> int:
-    """The spark-submit entry point of `command` (``jobs/*.py``): :func:`main` on the job's
-    arguments, then the session stopped.  Left running, it would be torn down by the JVM's
-    shutdown while its executors still report in (on ``local-cluster``, hundreds of ERROR lines
-    after a successful run).  Not on Databricks, whose session belongs to the cluster."""
-    code = main([command, *sys.argv[1:]])
+def job(command: str | None) -> int:
+    """The spark-submit entry point of `command` (``jobs/*.py``; None: the command is the job's
+    first argument): :func:`main` on the job's arguments, then the session stopped.  Left
+    running, it would be torn down by the JVM's shutdown while its executors still report in
+    (on ``local-cluster``, hundreds of ERROR lines after a successful run).  Not on Databricks,
+    whose session belongs to the cluster."""
+    code = main([*([command] if command else []), *sys.argv[1:]])
     if "DATABRICKS_RUNTIME_VERSION" not in os.environ:
         from pyspark.sql import SparkSession
 

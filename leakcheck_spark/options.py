@@ -10,7 +10,7 @@ from typing import Iterable, Sequence
 
 from leakcheck_spark.errors import USAGE, LeakcheckError
 from leakcheck_spark.normalize import LANGS, NORMALIZERS
-from leakcheck_spark.paths import resolved
+from leakcheck_spark.paths import home, resolved
 
 FORMATS = ("parquet", "csv", "json")
 DEFAULT_SPLIT = "all"
@@ -63,6 +63,8 @@ class Source:
                 raise LeakcheckError(
                     BAD_SPEC, f"Source {attr} {value!r} is not valid: expected {expected}"
                     + (" or a path" if attr == "path" else ""), f"fix Source({attr}=...)")
+        # A leading ~ is the user's home, as the CLI's shell (and pandas) read it.
+        object.__setattr__(self, "path", home(self.path))
         if not isinstance(self.noleak, bool):
             raise LeakcheckError(BAD_SPEC, f"Source noleak {self.noleak!r} is not valid: "
                                  "expected True or False", "fix Source(noleak=...)")

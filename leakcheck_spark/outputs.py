@@ -107,6 +107,65 @@ REPORT_NAMES = frozenset({"report.json", "overlaps", "label_conflicts", "records
 DESKTOP_LITTER = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 
 
+def output_path(path: object, inputs: Iterable[str] = (), in_place: str | None = None) -> str:
+    """A library ``write``'s output path, checked as the CLI checks its outputs before any work
+    (:func:`check_not_input`): a string or a path-like object, not blank, a leading ``~``
+    expanded (as pandas does), and not one of the result's `inputs`.  Returns it as a string.
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): anything else.
+    """
+    from leakcheck_spark.paths import home
+
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise LeakcheckError(errors.USAGE, f"an output path is a string or a path, not {path!r}",
+                             "give write() a path, e.g. write('out')")
+    if not path.strip():
+        raise LeakcheckError(errors.USAGE, f"the output path {path!r} is empty",
+                             "give write() a path, e.g. write('out')")
+    path = home(path)
+    check_not_input("output", path, inputs, in_place)
+    return path
+
+
+def check_not_input(name: str, path: str, inputs: Iterable[str],
+                    in_place: str | None = None) -> None:
+    """Refuse output `path` (called `name` in the error) when it is an input, a directory
+    holding one, or lies inside an input directory (or the directory an input glob searches):
+    replacing it would delete the input.  `in_place` is the one input the output may be
+    (``clean`` of a test file into itself: the file is read before it is replaced).  ``hf:``
+    and ``table:`` inputs have no path.
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): naming the input.
+    """
+    from leakcheck_spark.hf import PREFIX as HF
+    from leakcheck_spark.paths import comparable, resolved, within
+    from leakcheck_spark.sources import TABLE_PREFIX
+
+    where = resolved(path)  # not a glob: an output is written as named, not searched
+    for source in inputs:
+        if source.startswith((HF, TABLE_PREFIX)):
+            continue
+        place = comparable(source)
+        if source == in_place and where == place:
+            continue
+        if within(where, place) or within(place, where):
+            raise over_input(name, path, where, place, source)
+
+
+def over_input(name: str, path: str, where: str, place: str, source: str) -> LeakcheckError:
+    """The error for output `path` (at `where`) that is, holds or lies inside the input `source`
+    (at `place`; both :func:`paths.comparable`)."""
+    from leakcheck_spark.paths import within
+
+    what = "is" if where == place else "holds" if within(place, where) else "lies inside"
+    return LeakcheckError(errors.USAGE, f"{name} {path} {what} the input {source}: writing it "
+                          "would replace or mix with the input", "write the output somewhere else")
+
+
 def rows_kind(path: str) -> str:
     """The kind of a rows output (``clean --out``, ``resplit --out``, ``--resplit-out``)."""
     return PARTS_DIR if single_file_format(path) is None else ONE_FILE
@@ -474,7 +533,8 @@ def _files(spark: SparkSession, path: str) -> _Files:
     has no JVM: the client then needs fsspec and the package for the scheme (s3fs for ``s3a://``,
     gcsfs for ``gs://``, adlfs for ``abfss://``), with credentials for the same storage.
     """
-    live(spark)
+    if spark is not None:  # None: a local path checked before the session is up
+        live(spark)
     if is_local(path):
         return _LocalFiles()
     if not is_connect(spark):

@@ -528,7 +528,8 @@ def release(frames: Iterable[DataFrame]) -> None:
     two (the call that hit it may fail in any way: "... does not exist in the JVM").  Frames of
     a stopped session hold nothing any more: their cache went with it."""
     for df in frames:
-        if stopped(df.sparkSession):
+        session = getattr(df, "sparkSession", None)
+        if session is not None and stopped(session):
             return
         try:
             df.unpersist()

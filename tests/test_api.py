@@ -272,6 +272,45 @@ def test_write_never_replaces_a_directory_of_the_users(spark, two, tmp_path):
         r.unpersist()
 
 
+def test_write_refuses_an_input_and_takes_paths_as_the_cli_does(spark, two, tmp_path,
+                                                                 monkeypatch):
+    # Before: rs.write("train.jsonl") replaced the input with the assignment rows, silently (the
+    # CLI refused it); write("") failed after the Spark write (LC_E_IO "cannot move ... to :");
+    # write(Path(...)), write(None) raised AttributeError: ... has no attribute 'lower'; and
+    # "~/out" (like Source("d", "~/x.jsonl")) named a folder "~" in the working directory.
+    train, test = two
+    res, rs = L.audit(list(two), spark=spark), L.resplit(list(two), spark=spark)
+    cl, ch = L.clean(test, [train], spark=spark), L.check([train], test, 3, spark=spark)
+    inputs = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    bad = [(w, str(tmp_path / "train.jsonl"), "is the input") for w in
+           (res.write, ch.write, cl.write, rs.write, cl.write_report)]
+    bad += [(w, str(tmp_path), "holds the input") for w in (res.write, rs.write)]
+    bad += [(cl.write, str(tmp_path / "train.jsonl" / "x.jsonl"), "lies inside the input"),
+            (cl.write_report, str(tmp_path / "test.jsonl"), "is the input")]
+    bad += [(w, arg, "") for w in (res.write, cl.write, rs.write, cl.write_report)
+            for arg in ("", "  ", None, 5)]
+    for write, arg, what in bad:
+        with pytest.raises(L.LeakcheckError) as info:
+            write(arg)
+        assert info.value.code == USAGE and what in info.value.message, (arg, info.value.message)
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == inputs
+    # A clean may write its own test file (as clean --out may); a pathlib.Path is a path; and
+    # ~ is the home folder, for a Source's path as for an output.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    home = L.Source("d", "~/test.jsonl", split="test", text_field="func")
+    assert home.path == str(tmp_path / "test.jsonl")
+    rs.write(tmp_path / "rows.csv")
+    res.write("~/report")
+    cl.write(test.path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "report", "rows.csv", "test.jsonl", "train.jsonl"]
+    assert (tmp_path / "test.jsonl").read_text() == '{"func": "int h(){return 3;}", "label": 0}\n'
+    assert (tmp_path / "report" / "report.json").exists()
+    for r in (res, rs, cl, ch):
+        r.unpersist()
+
+
 RECORDS_DDL = ("dataset string, split string, group string, id string, row long, text string, "
                "label string, label_canon string, id_num long")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import viewfs_mount, write_jsonl
+from conftest import spark_conf, viewfs_mount, write_jsonl
 
 from leakcheck_spark.normalize import NORMALIZERS  # noqa: F401 - import works without Spark
 from leakcheck_spark.session import local_shuffle_partitions, merge_java_options
@@ -552,6 +552,21 @@ def test_a_spark_setting_spark_refuses_is_a_usage_error_naming_it(cli, data, tmp
     # detection, and not the incubator-module warning Java prints on every start of Spark 4.
     said = proc.stderr.splitlines()
     assert len(said) == 1 and said[0].startswith("leakcheck-spark: error"), proc.stderr
+
+
+def test_a_failure_no_spark_message_ties_to_a_setting_names_the_conf_settings(spark, cli,
+                                                                                data):
+    # spark.sql.files.maxPartitionBytes=0 is taken at start and fails the read with "step
+    # cannot be 0", which names no setting.  Before: "unexpected failure ... this looks like a
+    # bug in leakcheck-spark", not a word of the --conf.
+    key = "spark.sql.files.maxPartitionBytes"
+    with spark_conf(spark, **{key: "128MB"}):  # the CLI sets it on the tests' session
+        rc, _, stderr = cli("audit", "-d", f"a={data / 'train.jsonl'}", "--text-field", "func",
+                            "--conf", f"{key}=0")
+    assert rc == 2 and error_code(stderr) == "LC_E_IO", stderr
+    assert "step cannot be 0" in stderr and (
+        f"(hint: it may come from --conf {key}=0: run again without it; if the failure stays, "
+        "this looks like a bug") in stderr
 
 
 def test_file_uris_and_paths_with_spaces_give_the_same_outputs(spark, cli, tmp_path):
@@ -1222,6 +1237,23 @@ def test_the_daemon_of_a_cli_session_forks_workers_that_report_a_udf_failure(tmp
     assert _python(script, tmp_path)[-4:] == [
         "None", "leakcheck_spark._daemon leakcheck_spark._daemon", "PythonException True",
         "pyspark.daemon"]
+
+
+def test_jobs_leakcheck_runs_the_command_named_first():
+    # spark-submit had an entry point for audit and clean only (jobs/audit.py, jobs/clean.py):
+    # resplit, images, fingerprint and check had none.  No JVM here: --help and a missing
+    # command end before Spark.
+    import subprocess
+    import sys
+
+    script = str(Path(__file__).resolve().parents[1] / "jobs" / "leakcheck.py")
+    helped = subprocess.run([sys.executable, script, "resplit", "--help"], capture_output=True,
+                            text=True, timeout=120)
+    assert helped.returncode == 0 and helped.stdout.startswith(
+        "usage: leakcheck-spark resplit"), helped.stderr
+    bare = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 2 and error_code(bare.stderr) == "LC_E_USAGE", bare.stderr
+    assert "no command given" in bare.stderr
 
 
 def test_the_daemon_imports_neither_pandas_nor_pyarrow_before_it_forks(tmp_path):
