@@ -115,7 +115,8 @@ class AuditResult:
 
         Everything goes to a staging directory first, so a failure leaves no partial out_dir.
         """
-        out_dir = outputs.output_path(out_dir, [s.path for s in self.sources])
+        out_dir = outputs.output_path(out_dir, [s.path for s in self.sources],
+                                     spark=self.overlaps.sparkSession)
         fmt = outputs.check_format(fmt or self.options.format)
         spark = self.overlaps.sparkSession
         t = time.monotonic()

@@ -123,7 +123,8 @@ class CheckResult:
     def write(self, out_dir: str, fmt: str | None = None) -> None:
         """Write ``out_dir``: report.json and records/ (one row per eval record, in read order).
         Staged, so a failure leaves no partial out_dir."""
-        out_dir = outputs.output_path(out_dir, [s.path for s in (*self.train, self.eval_source)])
+        out_dir = outputs.output_path(out_dir, [s.path for s in (*self.train, self.eval_source)],
+                                     spark=self.records.sparkSession)
         fmt = outputs.check_format(fmt or self.options.format)
         spark = self.records.sparkSession
         t = time.monotonic()

@@ -94,7 +94,8 @@ class CleanResult:
         the text formats), else a directory of part files in ``--format``."""
         from leakcheck_spark.session import session_conf
 
-        out = outputs.output_path(out, self._inputs(), in_place=self.test.path)
+        out = outputs.output_path(out, self._inputs(), in_place=self.test.path,
+                                 spark=self.rows.sparkSession)
         # Column names are case-sensitive, as in JSON: "t" and "T" are two columns of a row.
         with session_conf(self.rows.sparkSession, {"spark.sql.caseSensitive": "true"}):
             write_rows(self, out)
@@ -116,7 +117,7 @@ class CleanResult:
                 yield ("," if i else "") + "\n  " + json.dumps(self._entry(r), ensure_ascii=False)
             yield "\n]}\n"
 
-        path = outputs.output_path(path, self._inputs())
+        path = outputs.output_path(path, self._inputs(), spark=self.rows.sparkSession)
         outputs.write_text_file(self.rows.sparkSession, path, chunks())
 
     def _entry(self, r) -> dict:  # noqa: ANN001 - a Row

@@ -338,8 +338,13 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
     Raises:
         LeakcheckError: LC_E_USAGE, or LC_E_IO for a parent that is a file or not writable.
     """
-    from leakcheck_spark.outputs import check_not_input, check_replaceable, single_file_format
-    from leakcheck_spark.paths import comparable, is_local, local_path, resolved, within
+    from leakcheck_spark.outputs import (
+        check_not_cwd,
+        check_not_input,
+        check_replaceable,
+        single_file_format,
+    )
+    from leakcheck_spark.paths import is_local, local_path, resolved, within
 
     if getattr(args, "config", None) is not None:
         inputs = [*inputs, args.config]
@@ -359,11 +364,7 @@ def check_outputs(args: argparse.Namespace, inputs: Sequence[str],
         check_not_input(flag, path, inputs, in_place if flag == "--out" else None)
         if not is_local(path):
             continue
-        if within(comparable(os.getcwd()), where):  # replacing it would empty the user's cwd
-            what = "is" if comparable(os.getcwd()) == where else "holds"
-            raise LeakcheckError(errors.USAGE, f"{flag} {path} {what} the working directory: "
-                                 "replacing it would delete everything in it",
-                                 f"give {flag} a new path, e.g. a directory under this one")
+        check_not_cwd(flag, path, where)
         local = local_path(path)
         # A successful run replaces what is there: only an earlier output of the same kind, not
         # a directory where a file goes or a file where a directory goes.
@@ -467,27 +468,14 @@ def check_table_outputs(spark: SparkSession, args: argparse.Namespace,
     Raises:
         LeakcheckError: LC_E_USAGE.
     """
-    from leakcheck_spark.outputs import check_replaceable, over_input
-    from leakcheck_spark.paths import comparable, is_local, resolved, within
-    from leakcheck_spark.sources import TABLE_PREFIX
+    from leakcheck_spark.outputs import check_replaceable, check_table_locations
+    from leakcheck_spark.paths import is_local, resolved
 
     outs = [(flag, path, resolved(path)) for flag, path in _outputs(args)]
     for flag, path, _ in outs:
         if not is_local(path):
             check_replaceable(spark, path, _output_kind(flag, path), f"{flag} {path}")
-    for source in inputs if outs else ():
-        if not source.startswith(TABLE_PREFIX):
-            continue
-        try:  # SQL, not the JVM catalog: the same over Spark Connect
-            rows = spark.sql(f"DESCRIBE TABLE EXTENDED {source[len(TABLE_PREFIX):]}").where(
-                "col_name = 'Location'").collect()
-        except Exception:  # noqa: BLE001 - no such table, or a view: the read says what is wrong
-            continue
-        for row in rows:
-            place = comparable(row.data_type)
-            for flag, path, where in outs:
-                if within(where, place) or within(place, where):
-                    raise over_input(flag, path, where, place, f"{source} (at {row.data_type})")
+    check_table_locations(spark, outs, inputs)
 
 
 def _emit_json(spark: SparkSession, target: str, obj: dict) -> None:

@@ -320,9 +320,11 @@ def display_path(uri: str) -> str:
 
     >>> display_path("file:///tmp/a.jsonl"), display_path("file:/tmp/a"), display_path("s3a://b/k")
     ('/tmp/a.jsonl', '/tmp/a', 's3a://b/k')
+    >>> display_path("FILE:///tmp/a")  # a URI's scheme is case-insensitive (paths.is_local)
+    '/tmp/a'
     """
     for prefix in ("file://", "file:"):
-        if uri.startswith(prefix):
+        if uri[:len(prefix)].lower() == prefix:
             rest = uri[len(prefix):]
             return rest if rest.startswith("/") else "/" + rest
     return uri

@@ -602,7 +602,8 @@ class ImagesResult:
     def write(self, out_dir: str) -> None:
         """report.json, overlaps/, leaked_groups/, unreadable/, hashes/ under `out_dir`
         (staged)."""
-        out_dir = outputs.output_path(out_dir, [s.path for s in self.sources])
+        out_dir = outputs.output_path(out_dir, [s.path for s in self.sources],
+                                     spark=self.overlaps.sparkSession)
         fmt = self.options.format
         spark = self.overlaps.sparkSession
         t = time.monotonic()
@@ -620,7 +621,8 @@ class ImagesResult:
 
     @spark_action
     def write_resplit(self, out: str, priority: Sequence[str] = DEFAULT_PRIORITY) -> None:
-        out = outputs.output_path(out, [s.path for s in self.sources])
+        out = outputs.output_path(out, [s.path for s in self.sources],
+                                 spark=self.overlaps.sparkSession)
         outputs.write_rows(self.assignment(priority), out, self.options.format, ("_order",),
                            RESPLIT_COLUMNS)
         log.info("wrote %s", out)

@@ -107,16 +107,22 @@ REPORT_NAMES = frozenset({"report.json", "overlaps", "label_conflicts", "records
 DESKTOP_LITTER = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 
 
-def output_path(path: object, inputs: Iterable[str] = (), in_place: str | None = None) -> str:
-    """A library ``write``'s output path, checked as the CLI checks its outputs before any work
-    (:func:`check_not_input`): a string or a path-like object, not blank, a leading ``~``
-    expanded (as pandas does), and not one of the result's `inputs`.  Returns it as a string.
+def output_path(path: object, inputs: Iterable[str] = (), in_place: str | None = None,
+                spark: SparkSession | None = None) -> str:
+    """A library ``write``'s output path, checked as the CLI checks its outputs before any work:
+    a string or a path-like object, not blank, a leading ``~`` expanded (as pandas does), not
+    one of the result's `inputs` (:func:`check_not_input`), not the working directory
+    (:func:`check_not_cwd`) and, given the result's `spark` (which must not be stopped), not
+    where a ``table:`` input keeps its files (:func:`check_table_locations`).  Returns it as a
+    string.
 
     Raises:
         LeakcheckError(LC_E_USAGE): anything else.
     """
-    from leakcheck_spark.paths import home
+    from leakcheck_spark.paths import home, resolved
 
+    if spark is not None:  # before any DataFrame is built: a stopped session fails in PySpark
+        live(spark)
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     if not isinstance(path, str):
@@ -126,8 +132,60 @@ def output_path(path: object, inputs: Iterable[str] = (), in_place: str | None =
         raise LeakcheckError(errors.USAGE, f"the output path {path!r} is empty",
                              "give write() a path, e.g. write('out')")
     path = home(path)
+    inputs = list(inputs)
     check_not_input("output", path, inputs, in_place)
+    where = resolved(path)
+    if is_local(path):
+        check_not_cwd("output", path, where)
+    if spark is not None:
+        check_table_locations(spark, [("output", path, where)], inputs)
     return path
+
+
+def check_not_cwd(name: str, path: str, where: str) -> None:
+    """Refuse local output `path` (at `where`, :func:`paths.resolved`) when it is or holds the
+    working directory: replacing it would empty the user's working directory.
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): naming the output.
+    """
+    from leakcheck_spark.paths import comparable, within
+
+    try:
+        cwd = comparable(os.getcwd())
+    except OSError:  # the working directory is gone: nothing to protect
+        return
+    if within(cwd, where):
+        what = "is" if cwd == where else "holds"
+        raise LeakcheckError(errors.USAGE, f"{name} {path} {what} the working directory: "
+                             "replacing it would delete everything in it",
+                             f"give {name} a new path, e.g. a directory under this one")
+
+
+def check_table_locations(spark: SparkSession, outs: Sequence[tuple[str, str, str]],
+                          inputs: Iterable[str]) -> None:
+    """Refuse an output (name, path, :func:`paths.resolved` path) that is, holds or lies inside
+    the location of a ``table:`` input (the CLI's and the library's check).
+
+    Raises:
+        LeakcheckError(LC_E_USAGE): naming the table and its location.
+    """
+    from leakcheck_spark.paths import comparable, within
+    from leakcheck_spark.sources import TABLE_PREFIX
+
+    for source in inputs if outs else ():
+        if not source.startswith(TABLE_PREFIX):
+            continue
+        try:  # SQL, not the JVM catalog: the same over Spark Connect
+            rows = spark.sql(f"DESCRIBE TABLE EXTENDED {source[len(TABLE_PREFIX):]}").where(
+                "col_name = 'Location'").collect()
+        except Exception:  # noqa: BLE001 - no such table, or a view: the read says what is wrong
+            continue
+        for row in rows:
+            place = comparable(row.data_type)
+            for name, path, where in outs:
+                if within(where, place) or within(place, where):
+                    raise over_input(name, path, where, place, f"{source} (at {row.data_type})")
 
 
 def check_not_input(name: str, path: str, inputs: Iterable[str],

@@ -116,7 +116,8 @@ class ResplitResult:
     def write(self, out: str, fmt: str | None = None) -> None:
         """Write one row per record (:data:`COLUMNS`) to `out`: one file if its ending names a
         format (.jsonl, .csv, .parquet, ...), else a directory in `fmt`."""
-        out = outputs.output_path(out, [s.path for s in self.sources])
+        out = outputs.output_path(out, [s.path for s in self.sources],
+                                 spark=self.assignment.sparkSession)
         t = time.monotonic()
         outputs.write_rows(self.assignment, out, fmt or self.options.format, ("_order",),
                            COLUMNS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -171,7 +172,9 @@ def test_a_stopped_session_is_one_usage_error_and_unpersist_after_it_is_quiet(tw
     # Before: a result written after spark.stop() failed with AttributeError: 'NoneType' object
     # has no attribute 'addJobTag' (audit), a bare AssertionError (clean), a Java
     # NullPointerException trace (unpersist), and a stopped session passed in with PySpark's
-    # SESSION_OR_CONTEXT_NOT_EXISTS.  Its own process: the tests' session must stay up.
+    # SESSION_OR_CONTEXT_NOT_EXISTS; a resplit written to one file, a bare AssertionError still
+    # after the first fix (its DataFrame was built before the path was checked).  Its own
+    # process: the tests' session must stay up.
     import subprocess
     import sys
 
@@ -182,10 +185,12 @@ from leakcheck_spark.session import get_session
 spark = get_session("local[1]", conf=[("spark.sql.shuffle.partitions", "1")])
 train = L.Source("d", {train.path!r}, split="train", text_field="func")
 test = L.Source("d", {test.path!r}, split="test", text_field="func")
-results = [L.audit([train, test], spark=spark), L.clean(test, [train], spark=spark)]
+results = [L.audit([train, test], spark=spark), L.clean(test, [train], spark=spark),
+           L.resplit([train, test], spark=spark)]
 spark.stop()
 calls = [lambda: results[0].write("{tmp_path}/report"), lambda: results[1].write("{tmp_path}/k.jsonl"),
-         lambda: results[1].write_report("{tmp_path}/r.json"), lambda: L.audit([train, test], spark=spark)]
+         lambda: results[1].write_report("{tmp_path}/r.json"),
+         lambda: results[2].write("{tmp_path}/s.csv"), lambda: L.audit([train, test], spark=spark)]
 for call in calls:
     try:
         call()
@@ -200,7 +205,7 @@ print("released")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == [
         "LC_E_USAGE the Spark session has been stopped (spark.stop()), so its DataFrames cannot "
-        "run"] * 4 + ["released"]
+        "run"] * 5 + ["released"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["test.jsonl", "train.jsonl"]
 
 
@@ -373,3 +378,34 @@ def test_no_sources_is_a_usage_error_and_the_calls_keep_their_signatures():
     # help() and IDEs see the parameters through the wrapper that translates Spark's errors.
     assert list(inspect.signature(L.audit).parameters) == ["sources", "options", "spark"]
     assert "dedup" in inspect.signature(L.clean).parameters
+
+
+def test_write_refuses_the_cwd_and_a_table_input_as_the_cli(
+        spark, two, tmp_path, monkeypatch):
+    # Before: rs.write(os.getcwd()) of an empty working directory replaced it (os.getcwd() then
+    # failed), where the CLI refuses it; rs.write(<location of a table: input>) replaced the
+    # table's files (the CLI's check_table_outputs refuses it).
+    train, test = two
+    rs = L.resplit(list(two), spark=spark)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    for arg in (".", str(cwd), str(tmp_path / "x") + "/../cwd"):
+        with pytest.raises(L.LeakcheckError) as info:
+            rs.write(arg)
+        assert info.value.code == USAGE and "working directory" in info.value.message
+    assert os.getcwd() == str(cwd) and not any(cwd.iterdir())
+    spark.read.json(train.path).write.mode("overwrite").saveAsTable("lc_paths_t")
+    try:
+        loc = [r.data_type for r in spark.sql("DESCRIBE TABLE EXTENDED lc_paths_t").collect()
+               if r.col_name == "Location"][0]
+        rt = L.resplit([L.Source("t", "table:lc_paths_t", split="train", text_field="func"),
+                        test], spark=spark)
+        with pytest.raises(L.LeakcheckError) as info:
+            rt.write(loc)
+        assert info.value.code == USAGE and "table:lc_paths_t" in info.value.message
+        assert spark.table("lc_paths_t").count() == spark.read.json(train.path).count()
+        rt.unpersist()
+    finally:
+        spark.sql("DROP TABLE IF EXISTS lc_paths_t")
+    rs.unpersist()
