@@ -170,23 +170,31 @@ def test_clean_releases_what_it_cached(spark, two, tmp_path):
 
 def test_a_stopped_session_is_one_usage_error_and_unpersist_after_it_is_quiet(two, tmp_path):
     # Before: a result written after spark.stop() failed with AttributeError: 'NoneType' object
-    # has no attribute 'addJobTag' (audit), a bare AssertionError (clean), a Java
-    # NullPointerException trace (unpersist), and a stopped session passed in with PySpark's
-    # SESSION_OR_CONTEXT_NOT_EXISTS; a resplit written to one file, a bare AssertionError still
-    # after the first fix (its DataFrame was built before the path was checked).  Its own
-    # process: the tests' session must stay up.
+    # has no attribute 'addJobTag' (audit), a bare AssertionError (clean, and a resplit written
+    # to one file), a Java NullPointerException trace (unpersist), and a stopped session passed
+    # in with PySpark's SESSION_OR_CONTEXT_NOT_EXISTS.  Its own process, as the tests' session
+    # must stay up; the results are built directly on a small cached frame (a real run there
+    # costs ~20 s more, and the writes check the session before they touch their frames).
     import subprocess
     import sys
 
     train, test = two
     script = f"""
 import leakcheck_spark as L
+from leakcheck_spark.audit import AuditResult
+from leakcheck_spark.clean import CleanResult
+from leakcheck_spark.resplit import ResplitResult
 from leakcheck_spark.session import get_session
 spark = get_session("local[1]", conf=[("spark.sql.shuffle.partitions", "1")])
 train = L.Source("d", {train.path!r}, split="train", text_field="func")
 test = L.Source("d", {test.path!r}, split="test", text_field="func")
-results = [L.audit([train, test], spark=spark), L.clean(test, [train], spark=spark),
-           L.resplit([train, test], spark=spark)]
+df = spark.range(3).cache()
+df.count()
+opts = L.Options()
+results = [AuditResult([train, test], opts, {{}}, {{}}, {{}}, df, df, 0, [], 0, [], {{}},
+                       _cached=[df]),
+           CleanResult(test, opts, "jsonl", df, [], {{}}, _cached=[df]),
+           ResplitResult([train, test], opts, ("train",), df, {{}})]
 spark.stop()
 calls = [lambda: results[0].write("{tmp_path}/report"), lambda: results[1].write("{tmp_path}/k.jsonl"),
          lambda: results[1].write_report("{tmp_path}/r.json"),
@@ -234,7 +242,8 @@ def test_write_refuses_an_unknown_format_and_reports_the_one_used(spark, two, tm
     rs.unpersist()
 
 
-def test_write_never_replaces_a_directory_of_the_users(spark, two, tmp_path):
+def test_write_never_replaces_a_users_directory_nor_an_input_and_takes_paths_as_the_cli(
+        spark, two, tmp_path, monkeypatch):
     # Before: every write replaced whatever directory was at its path: res.write("~/projects")
     # deleted the user's files.
     train, test = two
@@ -273,20 +282,12 @@ def test_write_never_replaces_a_directory_of_the_users(spark, two, tmp_path):
         write(str(tmp_path / out))
         write(str(tmp_path / out))
         assert (tmp_path / out / ("report.json" if out in "ac" else "_SUCCESS")).exists()
-    for r in (res, rs, cl, ch):
-        r.unpersist()
-
-
-def test_write_refuses_an_input_and_takes_paths_as_the_cli_does(spark, two, tmp_path,
-                                                                 monkeypatch):
-    # Before: rs.write("train.jsonl") replaced the input with the assignment rows, silently (the
-    # CLI refused it); write("") failed after the Spark write (LC_E_IO "cannot move ... to :");
-    # write(Path(...)), write(None) raised AttributeError: ... has no attribute 'lower'; and
-    # "~/out" (like Source("d", "~/x.jsonl")) named a folder "~" in the working directory.
-    train, test = two
-    res, rs = L.audit(list(two), spark=spark), L.resplit(list(two), spark=spark)
-    cl, ch = L.clean(test, [train], spark=spark), L.check([train], test, 3, spark=spark)
-    inputs = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    # And before: rs.write("train.jsonl") replaced the input with the assignment rows,
+    # silently (the CLI refused it); write("") failed after the Spark write (LC_E_IO "cannot
+    # move ... to :"); write(Path(...)), write(None) raised AttributeError: ... has no attribute
+    # 'lower'; and "~/out" (like Source("d", "~/x.jsonl")) named a folder "~" in the working
+    # directory.
+    inputs = {p: p.read_bytes() for p in (tmp_path / "train.jsonl", tmp_path / "test.jsonl")}
     bad = [(w, str(tmp_path / "train.jsonl"), "is the input") for w in
            (res.write, ch.write, cl.write, rs.write, cl.write_report)]
     bad += [(w, str(tmp_path), "holds the input") for w in (res.write, rs.write)]
@@ -298,7 +299,7 @@ def test_write_refuses_an_input_and_takes_paths_as_the_cli_does(spark, two, tmp_
         with pytest.raises(L.LeakcheckError) as info:
             write(arg)
         assert info.value.code == USAGE and what in info.value.message, (arg, info.value.message)
-    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == inputs
+    assert {p: p.read_bytes() for p in inputs} == inputs
     # A clean may write its own test file (as clean --out may); a pathlib.Path is a path; and
     # ~ is the home folder, for a Source's path as for an output.
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -308,8 +309,7 @@ def test_write_refuses_an_input_and_takes_paths_as_the_cli_does(spark, two, tmp_
     rs.write(tmp_path / "rows.csv")
     res.write("~/report")
     cl.write(test.path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "report", "rows.csv", "test.jsonl", "train.jsonl"]
+    assert (tmp_path / "rows.csv").is_file() and not (tmp_path / "~").exists()
     assert (tmp_path / "test.jsonl").read_text() == '{"func": "int h(){return 3;}", "label": 0}\n'
     assert (tmp_path / "report" / "report.json").exists()
     for r in (res, rs, cl, ch):
